@@ -1,0 +1,291 @@
+"""Audio front-end: decode files or raw PCM to 16 kHz mono float32, and compute the
+log-Mel spectrogram that Whisper's encoder reads.
+
+Decoding: soundfile (libsndfile) for WAV/FLAC/OGG/AIFF, which is exact for 16/24-bit PCM;
+PyAV (FFmpeg) for everything else (MP3, M4A, ...). Channels are averaged to mono.
+
+Resampling: ``torchaudio.functional.resample`` (windowed sinc, Hann, 6 zero crossings), chosen
+because it is deterministic, in-process and needs no ffmpeg binary. openai-whisper resamples with
+the ffmpeg CLI, so decoded samples differ slightly from its ``load_audio``; the mel spectrogram of
+the same 16 kHz array matches ``whisper.audio.log_mel_spectrogram`` to < 1e-4.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import math
+import os
+from fractions import Fraction
+from functools import lru_cache
+from pathlib import Path
+
+import av
+import numpy as np
+import soundfile as sf
+import torch
+import torch.nn.functional as F
+import torchaudio.functional as AF
+
+log = logging.getLogger(__name__)
+
+SAMPLE_RATE = 16000
+N_FFT = 400
+HOP_LENGTH = 160
+CHUNK_LENGTH = 30
+N_SAMPLES = CHUNK_LENGTH * SAMPLE_RATE  # 480000 samples in a 30 s window
+N_FRAMES = N_SAMPLES // HOP_LENGTH  # 3000 mel frames in a 30 s window
+
+MAX_SAMPLE_RATE = 384_000
+MAX_CHANNELS = 32
+_PCM_DTYPES = {"int16": np.dtype("<i2"), "float32": np.dtype("<f4")}
+_SOUNDFILE_FORMATS = frozenset({"WAV", "WAVEX", "RF64", "W64", "FLAC", "OGG", "AIFF", "CAF"})
+_MAX_KERNEL = 1_000_000  # cap on the resampler's (in steps x out steps); see _resample
+
+
+class AudioError(ValueError):
+    """Audio that cannot be used; the message names the problem."""
+
+
+class AudioTooLongError(AudioError):
+    """Audio longer than the caller's ``max_seconds``."""
+
+
+def check_audio(audio: np.ndarray) -> np.ndarray:
+    """Return ``audio`` if it is a non-empty, finite, 1-D float32 array; else raise AudioError."""
+    if not isinstance(audio, np.ndarray):
+        raise AudioError(f"audio must be a numpy array, not {type(audio).__name__}")
+    if audio.ndim != 1:
+        raise AudioError(f"audio must be 1-D (mono), got shape {audio.shape}")
+    if audio.dtype != np.float32:
+        raise AudioError(f"audio must be float32, got {audio.dtype}")
+    if audio.size == 0:
+        raise AudioError("audio is empty (0 samples)")
+    bad = audio.size - int(np.count_nonzero(np.isfinite(audio)))
+    if bad:
+        raise AudioError(f"audio contains {bad} non-finite samples (NaN/Inf)")
+    return audio
+
+
+def _check_rate(sample_rate: int) -> int:
+    if not 0 < sample_rate <= MAX_SAMPLE_RATE:
+        raise AudioError(f"invalid sample rate {sample_rate} Hz (must be 1..{MAX_SAMPLE_RATE})")
+    return int(sample_rate)
+
+
+def _resample(mono: np.ndarray, sample_rate: int) -> np.ndarray:
+    # torchaudio's polyphase kernel is [out steps, in steps + taps], the steps being the rate
+    # ratio in lowest terms: small for 44.1/48 kHz, gigabytes for a coprime rate like 44101 Hz.
+    # Such a ratio is rounded to a nearby one with a kernel of ~1M weights (< 0.05% time error).
+    ratio = Fraction(sample_rate, SAMPLE_RATE)  # in steps / out steps
+    if ratio.numerator * ratio.denominator > _MAX_KERNEL:
+        ratio = ratio.limit_denominator(max(1, math.isqrt(int(_MAX_KERNEL / ratio))))
+        log.debug("resampling %d Hz as if it were %s x 16 kHz", sample_rate, ratio)
+    y = AF.resample(torch.from_numpy(mono), ratio.numerator, ratio.denominator)  # [n / ratio]
+    return y.numpy()
+
+
+def _to_mono_16k(frames: np.ndarray, sample_rate: int) -> np.ndarray:
+    """[n, channels] float samples at ``sample_rate`` -> [m] float32 at 16 kHz, in [-1, 1]."""
+    if frames.size == 0:
+        raise AudioError("audio is empty (0 samples)")
+    bad = frames.size - int(np.count_nonzero(np.isfinite(frames)))
+    if bad:
+        raise AudioError(f"audio contains {bad} non-finite samples (NaN/Inf)")
+    mono = frames.astype(np.float32, copy=False).mean(axis=1, dtype=np.float32)  # [n]
+    if sample_rate != SAMPLE_RATE:
+        mono = _resample(np.ascontiguousarray(mono), sample_rate)  # [m]
+    return check_audio(np.clip(mono, -1.0, 1.0).astype(np.float32, copy=False))
+
+
+def pcm_to_audio(data: bytes, sample_rate: int, encoding: str, channels: int) -> np.ndarray:
+    """Raw little-endian interleaved PCM ("int16" or "float32") -> 16 kHz mono float32."""
+    if encoding not in _PCM_DTYPES:
+        raise AudioError(f"unknown PCM encoding {encoding!r} (use 'int16' or 'float32')")
+    _check_rate(sample_rate)
+    if not 1 <= channels <= MAX_CHANNELS:
+        raise AudioError(f"invalid channel count {channels} (must be 1..{MAX_CHANNELS})")
+    dtype = _PCM_DTYPES[encoding]
+    frame_size = dtype.itemsize * channels
+    if len(data) % frame_size:
+        raise AudioError(
+            f"PCM byte length {len(data)} is not a multiple of the frame size {frame_size} "
+            f"({channels} x {encoding})"
+        )
+    frames = np.frombuffer(data, dtype=dtype).reshape(-1, channels)  # [n, channels]
+    if encoding == "int16":
+        frames = frames.astype(np.float32) / 32768.0
+    return _to_mono_16k(frames, sample_rate)
+
+
+def _too_long(seconds: float, max_seconds: float, what: str) -> AudioTooLongError:
+    return AudioTooLongError(f"audio is too long: {what} {seconds:.1f} s, limit {max_seconds:g} s")
+
+
+def _decode_soundfile(src: object, max_seconds: float | None) -> np.ndarray | None:
+    """Decode with libsndfile; None when it does not know the format (or it is MP3 etc.)."""
+    try:
+        f = sf.SoundFile(src)
+    except (sf.LibsndfileError, RuntimeError, TypeError) as e:
+        log.debug("soundfile cannot open the audio: %s", e)
+        return None
+    with f:
+        if f.format not in _SOUNDFILE_FORMATS:
+            return None
+        rate = _check_rate(f.samplerate)
+        limit = -1
+        if max_seconds is not None:
+            if f.frames / rate > max_seconds:
+                raise _too_long(f.frames / rate, max_seconds, "declared")
+            limit = math.floor(max_seconds * rate) + 1
+        try:
+            frames = f.read(frames=limit, dtype="float32", always_2d=True)  # [n, channels]
+        except sf.LibsndfileError as e:
+            raise AudioError(f"cannot decode audio: {e.error_string}") from e
+    if max_seconds is not None and len(frames) >= limit:
+        raise _too_long(len(frames) / rate, max_seconds, "over")
+    return _to_mono_16k(frames, rate)
+
+
+def _decode_pyav(src: object, max_seconds: float | None) -> np.ndarray:
+    try:
+        container = av.open(src, mode="r")
+    except av.error.FFmpegError as e:
+        raise AudioError(f"cannot decode audio: {e.strerror or e}") from e
+    with container:
+        if not container.streams.audio:
+            raise AudioError("no audio stream in the input")
+        stream = container.streams.audio[0]
+        rate = _check_rate(stream.codec_context.sample_rate or 0)
+        if max_seconds is not None and container.duration is not None:
+            declared = container.duration / av.time_base
+            if declared > max_seconds:
+                raise _too_long(declared, max_seconds, "declared")
+        limit = math.inf if max_seconds is None else max_seconds * rate  # samples
+        to_float = av.AudioResampler(format="fltp")  # sample format only: same layout and rate
+        chunks: list[np.ndarray] = []
+        n = 0
+        try:
+            for frame in container.decode(stream):
+                for out in to_float.resample(frame):
+                    chunks.append(out.to_ndarray())  # [channels, samples]
+                    n += out.samples
+                if n > limit:
+                    raise _too_long(n / rate, limit / rate, "over")
+            chunks.extend(out.to_ndarray() for out in to_float.resample(None))
+        except av.error.FFmpegError as e:
+            raise AudioError(f"cannot decode audio: {e.strerror or e}") from e
+    if not chunks:
+        raise AudioError("audio is empty (0 samples)")
+    return _to_mono_16k(np.concatenate(chunks, axis=1).T, rate)  # [n, channels] -> [m]
+
+
+def _wav_header_problem(head: bytes) -> str | None:
+    """Name what is wrong in a RIFF/WAVE header that both decoders refused, if we can."""
+    if len(head) < 12 or head[:4] not in (b"RIFF", b"RF64") or head[8:12] != b"WAVE":
+        return None
+    pos = 12
+    while pos + 8 <= len(head):
+        size = int.from_bytes(head[pos + 4 : pos + 8], "little")
+        if head[pos : pos + 4] == b"fmt " and pos + 16 <= len(head):
+            channels = int.from_bytes(head[pos + 10 : pos + 12], "little")
+            rate = int.from_bytes(head[pos + 12 : pos + 16], "little")
+            if rate == 0 or rate > MAX_SAMPLE_RATE:
+                return f"invalid sample rate {rate} Hz"
+            if channels == 0:
+                return "invalid channel count 0"
+            return None
+        pos += 8 + size + (size & 1)
+    return None
+
+
+def decode_audio(
+    source: bytes | str | os.PathLike[str], *, max_seconds: float | None = None
+) -> np.ndarray:
+    """Decode an audio file (path or its bytes) to 16 kHz mono float32 in [-1, 1].
+
+    With ``max_seconds``, raise AudioTooLongError for longer audio: before decoding when the
+    header declares the duration, else as soon as decoding passes the limit.
+    """
+    if isinstance(source, bytes | bytearray | memoryview):
+        data = bytes(source)
+        if not data:
+            raise AudioError("audio is empty (0 bytes)")
+        head = data[:4096]
+
+        def opener() -> object:
+            return io.BytesIO(data)
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise AudioError(f"no such audio file: {path}")
+        with path.open("rb") as fh:
+            head = fh.read(4096)
+        if not head:
+            raise AudioError("audio is empty (0 bytes)")
+
+        def opener() -> object:
+            return str(path)
+
+    problem = _wav_header_problem(head)
+    if problem:
+        raise AudioError(problem)
+    audio = _decode_soundfile(opener(), max_seconds)
+    if audio is None:
+        audio = _decode_pyav(opener(), max_seconds)
+    return audio
+
+
+@lru_cache(maxsize=16)
+def _mel_filters(n_mels: int, device: torch.device) -> torch.Tensor:
+    fb = AF.melscale_fbanks(
+        n_freqs=N_FFT // 2 + 1,
+        f_min=0.0,
+        f_max=SAMPLE_RATE / 2,
+        n_mels=n_mels,
+        sample_rate=SAMPLE_RATE,
+        norm="slaney",
+        mel_scale="slaney",
+    )  # [n_freqs, n_mels]
+    return fb.T.contiguous().to(device)  # [n_mels, n_freqs]
+
+
+def mel_filters(n_mels: int = 80, device: str | torch.device | None = None) -> torch.Tensor:
+    """Slaney-style mel filterbank [n_mels, 201] (librosa's default, as Whisper uses)."""
+    return _mel_filters(n_mels, torch.device(device or "cpu"))
+
+
+def log_mel_spectrogram(
+    audio: np.ndarray | torch.Tensor,
+    n_mels: int = 80,
+    padding: int = 0,
+    device: str | torch.device | None = None,
+) -> torch.Tensor:
+    """Whisper's log-Mel spectrogram [n_mels, n_frames] of 16 kHz audio [n_samples]."""
+    if isinstance(audio, np.ndarray):
+        audio = torch.from_numpy(audio if audio.flags.writeable else audio.copy())
+    x = audio if audio.dtype == torch.float32 else audio.float()  # [n]
+    if device is not None:
+        x = x.to(device)
+    if padding > 0:
+        x = F.pad(x, (0, padding))  # [n + padding]
+    window = torch.hann_window(N_FFT, device=x.device)  # periodic
+    stft = torch.stft(x, N_FFT, HOP_LENGTH, window=window, return_complex=True)  # [201, T + 1]
+    power = stft[..., :-1].abs() ** 2  # [201, T]
+    mel = mel_filters(n_mels, x.device) @ power  # [n_mels, T]
+    log_spec = torch.clamp(mel, min=1e-10).log10()  # [n_mels, T]
+    log_spec = torch.maximum(log_spec, log_spec.max() - 8.0)  # [n_mels, T]
+    return (log_spec + 4.0) / 4.0  # [n_mels, T]
+
+
+def pad_or_trim(array: torch.Tensor, length: int = N_FRAMES, axis: int = -1) -> torch.Tensor:
+    """Zero-pad or cut ``array`` along ``axis`` to exactly ``length``."""
+    axis %= array.ndim
+    size = array.shape[axis]
+    if size > length:
+        return array.narrow(axis, 0, length)
+    if size < length:
+        pad = [0, 0] * array.ndim  # F.pad lists (left, right) from the last axis backwards
+        pad[2 * (array.ndim - 1 - axis) + 1] = length - size
+        return F.pad(array, pad)
+    return array

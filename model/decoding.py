@@ -1,0 +1,194 @@
+"""Decoding one 30 s window: options, logit filters, and the token loop as a generator.
+
+The loop follows openai-whisper's greedy `DecodingTask` at a given temperature: suppress
+blank at the start, suppress the checkpoint's list, the timestamp rules (pairs, monotone,
+max initial timestamp, timestamps win when their total probability beats every text
+token). Each chosen token is yielded at once with its log-probability and, when asked, its
+cross-attention over the window's frames from the same forward pass.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Generator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from model.kv_cache import KVCache
+from model.tokenizer import Tokenizer
+from model.whisper import Whisper
+
+DEFAULT_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+TASKS = ("transcribe", "translate")
+
+
+class OptionsError(ValueError):
+    """Decode options that cannot be honoured; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    language: str | None = None  # None: detect (multilingual) or "en"
+    task: str = "transcribe"
+    temperatures: tuple[float, ...] = DEFAULT_TEMPERATURES  # fallback schedule
+    compression_ratio_threshold: float | None = 2.4
+    logprob_threshold: float | None = -1.0
+    no_speech_threshold: float | None = 0.6
+    condition_on_previous_text: bool = True
+    initial_prompt: str | None = None
+    word_timestamps: bool = False
+    return_attention: bool = False  # every token carries [layers, heads, 1500] weights
+    max_initial_timestamp: float = 1.0
+    sample_len: int | None = None  # tokens per window; None: n_text_ctx // 2
+    use_cache: bool = True  # False recomputes the whole prefix every step (for tests)
+    seed: int = 0  # for sampling at temperature > 0
+
+
+@dataclass(frozen=True)
+class Step:
+    """One token chosen by the loop."""
+
+    token: int
+    logprob: float
+    attention: np.ndarray | None  # [n_layer, n_head, 1500] softmax weights
+
+
+@dataclass(frozen=True)
+class WindowResult:
+    tokens: tuple[int, ...]  # sampled tokens, without the final end-of-text
+    temperature: float
+    avg_logprob: float
+    no_speech_prob: float
+    compression_ratio: float
+    text: str
+
+
+def compression_ratio(text: str) -> float:
+    data = text.encode("utf-8")
+    return len(data) / len(zlib.compress(data)) if data else 0.0
+
+
+@dataclass(frozen=True)
+class LogitRules:
+    """Everything the logit filters need, fixed for one window."""
+
+    sample_begin: int  # index of the first sampled token in the sequence
+    suppress: torch.Tensor  # ids never sampled
+    suppress_blank: torch.Tensor  # ids not sampled first (space, end-of-text)
+    eot: int
+    timestamp_begin: int
+    no_timestamps: int
+    max_initial_timestamp_index: int | None
+
+    def apply(self, logits: torch.Tensor, tokens: list[int]) -> None:
+        """Mask `logits` [n_vocab] in place, given every token so far."""
+        sampled = tokens[self.sample_begin :]
+        ts = self.timestamp_begin
+        if not sampled:
+            logits[self.suppress_blank] = -math.inf
+        logits[self.suppress] = -math.inf
+        logits[self.no_timestamps] = -math.inf
+        # timestamps come in pairs, except directly before end-of-text
+        last_ts = len(sampled) >= 1 and sampled[-1] >= ts
+        penultimate_ts = len(sampled) < 2 or sampled[-2] >= ts
+        if last_ts:
+            if penultimate_ts:
+                logits[ts:] = -math.inf  # has to be text
+            else:
+                logits[: self.eot] = -math.inf  # has to be a timestamp or end-of-text
+        stamps = [t for t in sampled if t >= ts]
+        if stamps:  # monotone, and each segment at least one step long
+            last = stamps[-1] if last_ts and not penultimate_ts else stamps[-1] + 1
+            logits[ts:last] = -math.inf
+        if not sampled:
+            logits[:ts] = -math.inf  # start with a timestamp
+            if self.max_initial_timestamp_index is not None:
+                logits[ts + self.max_initial_timestamp_index + 1 :] = -math.inf
+        logprobs = torch.log_softmax(logits, dim=-1)  # [n_vocab]
+        if logprobs[ts:].logsumexp(dim=-1) > logprobs[:ts].max():
+            logits[:ts] = -math.inf
+
+
+def attention_rows(scores: list[torch.Tensor], row: int = -1) -> np.ndarray:
+    """Softmax weights of one query row, every layer and head: [n_layer, n_head, 1500]."""
+    s = torch.stack([layer[0, :, row] for layer in scores])  # [L, H, 1500]
+    return s.float().softmax(dim=-1).cpu().numpy()
+
+
+def decode_window(
+    model: Whisper,
+    audio_features: torch.Tensor,
+    cache: KVCache,
+    tokenizer: Tokenizer,
+    initial_tokens: tuple[int, ...],
+    sot_index: int,
+    rules: LogitRules,
+    temperature: float,
+    options: DecodeOptions,
+) -> Generator[Step, None, WindowResult]:
+    """Greedy (t = 0) or sampled decoding of one window; yields each token as it is chosen."""
+    n_ctx = model.dims.n_text_ctx
+    sample_len = options.sample_len or n_ctx // 2
+    need = options.return_attention
+    device = audio_features.device
+    gen = torch.Generator().manual_seed(options.seed) if temperature > 0 else None
+    tokens = list(initial_tokens)
+    sampled: list[int] = []
+    sum_logprob = 0.0
+
+    def forward(new: list[int], rows: list[int]) -> tuple[torch.Tensor, list | None]:
+        c = cache if options.use_cache else model.new_cache(audio_features)
+        x = torch.tensor([tokens if not options.use_cache else new], device=device)
+        logits, scores = model.decoder(x, c, need_scores=need, logit_rows=rows)
+        return logits[0], scores  # [rows, n_vocab]
+
+    cache.truncate(0)
+    logits, scores = forward(tokens, [sot_index, -1])
+    no_speech_prob = logits[0].softmax(dim=-1)[tokenizer.no_speech].item()
+    logits = logits[-1]
+    for _ in range(sample_len):
+        logits = logits.float().clone()  # [n_vocab]
+        rules.apply(logits, tokens)
+        if temperature == 0:
+            token = int(logits.argmax())
+        else:
+            probs = (logits / temperature).softmax(dim=-1)
+            token = int(torch.multinomial(probs.cpu(), 1, generator=gen))
+        logprob = float(torch.log_softmax(logits, dim=-1)[token])
+        sum_logprob += logprob
+        yield Step(token, logprob, attention_rows(scores) if need else None)
+        if token == rules.eot:
+            break
+        tokens.append(token)
+        sampled.append(token)
+        if len(tokens) > n_ctx:
+            break
+        logits, scores = forward([token], [-1])
+        logits = logits[-1]
+    text = tokenizer.decode(sampled).strip()
+    return WindowResult(
+        tokens=tuple(sampled),
+        temperature=temperature,
+        avg_logprob=sum_logprob / (len(sampled) + 1),
+        no_speech_prob=no_speech_prob,
+        compression_ratio=compression_ratio(text),
+        text=text,
+    )
+
+
+@torch.no_grad()
+def detect_language(
+    model: Whisper, audio_features: torch.Tensor, tokenizer: Tokenizer
+) -> tuple[str, dict[str, float]]:
+    """The most probable language token after `<|startoftranscript|>`, and all their probs."""
+    cache = model.new_cache(audio_features)
+    x = torch.tensor([[tokenizer.sot]], device=audio_features.device)
+    logits, _ = model.decoder(x, cache)
+    logits = logits[0, -1]  # [n_vocab]
+    ids = torch.tensor(tokenizer.specials.language_ids, device=logits.device)
+    probs = logits[ids].softmax(dim=-1).tolist()
+    langs = dict(zip(tokenizer.specials.language_codes, probs, strict=True))
+    return max(langs, key=langs.__getitem__), langs

@@ -1,0 +1,67 @@
+"""The decoder's explicit key/value cache.
+
+Two kinds of entries, per decoder layer:
+- self-attention K/V grow by one row per token (preallocated up to n_text_ctx, so a
+  step writes in place instead of concatenating);
+- cross-attention K/V over the window's 1,500 encoder frames are computed once from the
+  encoder output and reused for every token of the window, including any temperature
+  fallback and the word-timestamp pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class CrossKV:
+    """Cross-attention keys and values of one window, per decoder layer."""
+
+    k: list[torch.Tensor]  # n_layer × [batch, n_head, n_audio_ctx, d_head]
+    v: list[torch.Tensor]  # n_layer × [batch, n_head, n_audio_ctx, d_head]
+
+    @property
+    def batch(self) -> int:
+        return self.k[0].shape[0]
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (*self.k, *self.v))
+
+
+class KVCache:
+    """Self-attention K/V for one decode, plus the window's cross-attention K/V."""
+
+    def __init__(self, cross: CrossKV, n_ctx: int) -> None:
+        k0 = cross.k[0]
+        batch, n_head, _, d_head = k0.shape
+        n_layer = len(cross.k)
+        shape = (n_layer, batch, n_head, n_ctx, d_head)
+        self.cross = cross
+        self.self_k = torch.zeros(shape, dtype=k0.dtype, device=k0.device)  # [L, B, H, n_ctx, d_head]
+        self.self_v = torch.zeros(shape, dtype=k0.dtype, device=k0.device)  # [L, B, H, n_ctx, d_head]
+        self.length = 0  # rows of self-attention K/V filled so far
+        self.n_ctx = n_ctx
+
+    def fork(self) -> KVCache:
+        """A fresh self-attention cache that shares this window's cross-attention K/V."""
+        return KVCache(self.cross, self.n_ctx)
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write the new rows of `layer` and return all rows so far (views, no copy)."""
+        t = k.shape[2]  # new tokens
+        end = self.length + t
+        if end > self.n_ctx:
+            raise ValueError(f"decoder context full: {end} > {self.n_ctx} positions")
+        self.self_k[layer, :, :, self.length : end] = k  # [B, H, t, d_head]
+        self.self_v[layer, :, :, self.length : end] = v  # [B, H, t, d_head]
+        return self.self_k[layer, :, :, :end], self.self_v[layer, :, :, :end]
+
+    def advance(self, n: int) -> None:
+        """Commit `n` rows after every layer has appended them."""
+        self.length += n
+
+    def truncate(self, length: int) -> None:
+        """Forget rows past `length` (e.g. to restart a window's decode)."""
+        self.length = min(self.length, length)

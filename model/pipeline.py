@@ -1,0 +1,130 @@
+"""A loaded model ready to transcribe: checkpoint, tokenizer, suppress lists, aligner.
+
+    pipe = load_pipeline("tiny.en")
+    for event in pipe.transcribe(audio, DecodeOptions(return_attention=True)):
+        ...
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from model.audio import SAMPLE_RATE, check_audio
+from model.checkpoints import Checkpoint, load_checkpoint
+from model.decoding import TASKS, DecodeOptions, OptionsError
+from model.dims import ModelDims
+from model.tokenizer import Tokenizer
+from model.transcribe import Context, Event, transcribe
+from model.whisper import Whisper
+from model.words import WordAligner
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    name: str
+    checkpoint_dtype: str  # how the weights were stored
+    compute: str  # the compute path that runs, e.g. "fp32"
+    device: str
+    context: Context
+    alignment_heads: tuple[tuple[int, int], ...]
+
+    @property
+    def model(self) -> Whisper:
+        return self.context.model
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self.context.tokenizer
+
+    @property
+    def dims(self) -> ModelDims:
+        return self.context.model.dims
+
+    @property
+    def is_multilingual(self) -> bool:
+        return self.tokenizer.multilingual
+
+    @property
+    def languages(self) -> tuple[str, ...]:
+        return self.tokenizer.languages
+
+    def validate(self, options: DecodeOptions) -> None:
+        """Raise OptionsError, naming the problem, for options this model cannot honour."""
+        if options.language is not None and options.language not in self.languages:
+            known = ", ".join(self.languages[:12]) + (" …" if len(self.languages) > 12 else "")
+            raise OptionsError(f"unknown language {options.language!r} for {self.name} ({known})")
+        if options.task not in TASKS:
+            raise OptionsError(f"unknown task {options.task!r} (transcribe or translate)")
+        if options.task == "translate" and not self.is_multilingual:
+            raise OptionsError(f"{self.name} is English-only: it cannot translate")
+        if not options.temperatures:
+            raise OptionsError("temperatures must not be empty")
+        for t in options.temperatures:
+            if not (0.0 <= t <= 10.0) or t != t:
+                raise OptionsError(f"temperature {t} is outside [0, 10]")
+        if options.sample_len is not None and not 0 < options.sample_len <= self.dims.n_text_ctx // 2:
+            raise OptionsError(f"sample_len must be in 1..{self.dims.n_text_ctx // 2}")
+
+    def transcribe(self, audio: np.ndarray, options: DecodeOptions | None = None) -> Iterator[Event]:
+        """Events of the transcription of 16 kHz mono float32 `audio` (see model.transcribe)."""
+        options = options or DecodeOptions()
+        self.validate(options)
+        audio = check_audio(audio)
+        events = transcribe(self.context, audio, options)
+        while True:  # grad mode is thread-local: set it around each step, not across yields
+            with torch.inference_mode():
+                event = next(events, None)
+            if event is None:
+                return
+            yield event
+
+    def warm_up(self) -> float:
+        """Run one short decode so the first request does not pay for lazy initialisation."""
+        t0 = time.perf_counter()
+        silence = np.zeros(SAMPLE_RATE, dtype=np.float32)
+        silence[::160] = 1e-3  # not all zeros: a real (if silent) input
+        for _ in self.transcribe(silence, DecodeOptions(temperatures=(0.0,), sample_len=4)):
+            pass
+        return time.perf_counter() - t0
+
+
+def build_pipeline(ckpt: Checkpoint, device: str = "cpu") -> Pipeline:
+    model = Whisper(ckpt.dims)
+    model.load_state_dict(ckpt.state_dict)
+    model.eval().to(device)
+    tokenizer = Tokenizer(
+        ckpt.tokenizer_file,
+        multilingual=ckpt.dims.is_multilingual,
+        num_languages=ckpt.dims.num_languages,
+    )
+    suppress = set(ckpt.suppress_tokens or tokenizer.non_speech_tokens) | set(tokenizer.task_ids)
+    suppress_blank = ckpt.suppress_blank or (*tokenizer.encode(" "), tokenizer.eot)
+    heads = ckpt.alignment_heads
+    for layer, head in heads:
+        if not (0 <= layer < ckpt.dims.n_text_layer and 0 <= head < ckpt.dims.n_text_head):
+            raise ValueError(f"{ckpt.name}: alignment head ({layer}, {head}) does not exist")
+    context = Context(
+        model=model,
+        tokenizer=tokenizer,
+        suppress=tuple(sorted(suppress)),
+        suppress_blank=tuple(suppress_blank),
+        aligner=WordAligner(model, tokenizer, heads),
+    )
+    return Pipeline(ckpt.name, ckpt.dtype, "fp32", str(device), context, heads)
+
+
+def load_pipeline(name_or_path: str | Path = "tiny.en", device: str = "cpu") -> Pipeline:
+    """Load `tiny.en`, `base`, a CTranslate2 directory or an openai-whisper `.pt` file."""
+    t0 = time.perf_counter()
+    pipe = build_pipeline(load_checkpoint(name_or_path), device)
+    log.info("loaded %s on %s in %.2f s", pipe.name, device, time.perf_counter() - t0)
+    return pipe

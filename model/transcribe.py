@@ -1,0 +1,227 @@
+"""Whole-file transcription as openai-whisper's `transcribe()` does it, as a generator.
+
+The log-mel of the file (plus 30 s of padding) is cut into windows at `seek`; each window is
+encoded once, its cross-attention K/V cached, and decoded with temperature fallback. The
+seek advances by the window's last timestamp, exactly as the reference does, so segment
+boundaries match it. Events are yielded in order: WindowStart, TokenEvent…, (WindowDiscarded
+and more TokenEvents on fallback), Segment…, and finally the Transcript.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from model.audio import (
+    HOP_LENGTH,
+    N_FRAMES,
+    N_SAMPLES,
+    SAMPLE_RATE,
+    log_mel_spectrogram,
+    pad_or_trim,
+)
+from model.decoding import (
+    DecodeOptions,
+    LogitRules,
+    WindowResult,
+    decode_window,
+    detect_language,
+)
+from model.kv_cache import KVCache
+from model.results import Segment, TokenEvent, Transcript, WindowDiscarded, WindowStart
+from model.tokenizer import TIME_PRECISION, Tokenizer
+from model.whisper import Whisper
+from model.words import WordAligner
+
+log = logging.getLogger(__name__)
+Event = WindowStart | TokenEvent | WindowDiscarded | Segment | Transcript
+FRAMES_PER_SECOND = SAMPLE_RATE // HOP_LENGTH  # mel frames: 100
+INPUT_STRIDE = 2  # mel frames per encoder frame
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a transcription needs besides audio and options."""
+
+    model: Whisper
+    tokenizer: Tokenizer
+    suppress: tuple[int, ...]
+    suppress_blank: tuple[int, ...]
+    aligner: WordAligner | None
+
+
+def needs_fallback(r: WindowResult, o: DecodeOptions) -> str | None:
+    """Why this attempt is rejected (None: accept it)."""
+    too_repetitive = o.compression_ratio_threshold is not None and (
+        r.compression_ratio > o.compression_ratio_threshold
+    )
+    if too_repetitive:
+        reason = "compression_ratio"
+    elif o.logprob_threshold is not None and r.avg_logprob < o.logprob_threshold:
+        reason = "avg_logprob"
+    else:
+        return None
+    silent = o.no_speech_threshold is not None and r.no_speech_prob > o.no_speech_threshold
+    if silent and o.logprob_threshold is not None and r.avg_logprob < o.logprob_threshold:
+        return None  # silence: keep it, the window will be skipped
+    return reason
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A timestamp-delimited piece of a window: a segment before text and words are added."""
+
+    start: float  # seconds, whole-file clock
+    end: float
+    tokens: tuple[int, ...]
+
+
+def split_segments(
+    tokens: list[int], ts_begin: int, time_offset: float, segment_size: int
+) -> tuple[list[Piece], int, bool]:
+    """The window's segments, how far to advance `seek` (mel frames), and whether the window
+    ended on a single timestamp (no speech after it)."""
+    is_ts = [t >= ts_begin for t in tokens]
+    single_ending = is_ts[-2:] == [False, True]
+    consecutive = [i + 1 for i in range(len(tokens) - 1) if is_ts[i] and is_ts[i + 1]]
+    if not consecutive:
+        stamps = [t for t in tokens if t >= ts_begin]
+        duration = segment_size * HOP_LENGTH / SAMPLE_RATE
+        if stamps and stamps[-1] != ts_begin:
+            duration = (stamps[-1] - ts_begin) * TIME_PRECISION
+        return [Piece(time_offset, time_offset + duration, tuple(tokens))], segment_size, single_ending
+    pieces, last = [], 0
+    for cut in consecutive + ([len(tokens)] if single_ending else []):
+        piece = tokens[last:cut]
+        start = time_offset + (piece[0] - ts_begin) * TIME_PRECISION
+        pieces.append(Piece(start, time_offset + (piece[-1] - ts_begin) * TIME_PRECISION, tuple(piece)))
+        last = cut
+    advance = segment_size if single_ending else (tokens[last - 1] - ts_begin) * INPUT_STRIDE
+    return pieces, advance, single_ending
+
+
+def decode_with_fallback(
+    ctx: Context, features: torch.Tensor, cache: KVCache, initial: tuple[int, ...],
+    rules: LogitRules, options: DecodeOptions, window: int, token_index: int,
+) -> Generator[TokenEvent | WindowDiscarded, None, tuple[WindowResult, int]]:
+    """Decode a window at each temperature until one attempt passes the thresholds."""
+    tok = ctx.tokenizer
+    sot_index = initial.index(tok.sot)
+    for i, t in enumerate(options.temperatures):
+        steps = decode_window(ctx.model, features, cache, tok, initial, sot_index, rules, t, options)
+        while True:
+            try:
+                step = next(steps)
+            except StopIteration as stop:
+                result: WindowResult = stop.value
+                break
+            pos = step.token - tok.timestamp_begin
+            stamp = pos * TIME_PRECISION if pos >= 0 else None
+            text = tok.token_text(step.token)
+            yield TokenEvent(token_index, step.token, text, step.logprob, window, t, stamp, step.attention)
+            token_index += 1
+        reason = needs_fallback(result, options)
+        if reason is None or i == len(options.temperatures) - 1:
+            return result, token_index
+        yield WindowDiscarded(window, t, reason)
+    raise ValueError("no temperatures to decode with")
+
+
+def transcribe(ctx: Context, audio: np.ndarray, options: DecodeOptions) -> Iterator[Event]:
+    """Yield every event of the transcription of `audio` (16 kHz mono float32)."""
+    model, tok = ctx.model, ctx.tokenizer
+    device = model.device
+    dtype = next(model.parameters()).dtype
+    mel = log_mel_spectrogram(audio, model.dims.n_mels, padding=N_SAMPLES, device=device)
+    content_frames = mel.shape[-1] - N_FRAMES  # [n_mels, content + 3000]
+    duration = content_frames * HOP_LENGTH / SAMPLE_RATE
+
+    language = options.language
+    if language is None and tok.multilingual:  # once, on the first 30 s, as the reference
+        first = pad_or_trim(mel, N_FRAMES)[None].to(dtype)  # [1, n_mels, 3000]
+        language, _ = detect_language(model, model.encoder(first), tok)
+        log.debug("detected language %s", language)
+    language = language or "en"
+    sot_sequence = tok.sot_sequence(language, options.task)
+    rules_args = dict(
+        suppress=torch.tensor(ctx.suppress, device=device),
+        suppress_blank=torch.tensor(ctx.suppress_blank, device=device),
+        eot=tok.eot,
+        timestamp_begin=tok.timestamp_begin,
+        no_timestamps=tok.no_timestamps,
+        max_initial_timestamp_index=round(options.max_initial_timestamp / TIME_PRECISION),
+    )
+    all_tokens: list[int] = []
+    if options.initial_prompt:
+        all_tokens = tok.encode(" " + options.initial_prompt.strip())
+    n_initial_prompt = len(all_tokens)
+    segments: list[Segment] = []
+    prompt_reset_since, seek, window, token_index = 0, 0, 0, 0
+    last_speech = 0.0
+    n_ctx = model.dims.n_text_ctx
+
+    while seek < content_frames:
+        time_offset = seek * HOP_LENGTH / SAMPLE_RATE
+        segment_size = min(N_FRAMES, content_frames - seek)
+        mel_segment = pad_or_trim(mel[:, seek : seek + segment_size], N_FRAMES)  # [n_mels, 3000]
+        features = model.encoder(mel_segment[None].to(dtype))  # [1, 1500, d]
+        cache = model.new_cache(features)  # cross-attention K/V: once per window
+        num_frames = segment_size // INPUT_STRIDE
+        yield WindowStart(window, time_offset, num_frames, language)
+
+        prompt = all_tokens[prompt_reset_since:][-(n_ctx // 2 - 1) :]
+        initial = (tok.sot_prev, *prompt, *sot_sequence) if prompt else sot_sequence
+        rules = LogitRules(sample_begin=len(initial), **rules_args)
+        result, token_index = yield from decode_with_fallback(
+            ctx, features, cache, initial, rules, options, window, token_index
+        )
+        skip = options.no_speech_threshold is not None and (
+            result.no_speech_prob > options.no_speech_threshold
+        )
+        if skip and options.logprob_threshold is not None:
+            skip = result.avg_logprob <= options.logprob_threshold
+        if skip:  # silence: fast-forward to the next window
+            seek += segment_size
+            window += 1
+            continue
+
+        pieces, advance, single_ending = split_segments(
+            list(result.tokens), tok.timestamp_begin, time_offset, segment_size
+        )
+        window_seek, seek = seek, seek + advance
+        words: list[tuple] = [() for _ in pieces]
+        timings: list[tuple] = [() for _ in pieces]
+        if options.word_timestamps and ctx.aligner is not None:
+            pieces, words, timings, last_end = ctx.aligner.align(
+                cache, sot_sequence, pieces, num_frames, language, time_offset, last_speech
+            )
+            if last_end is not None:
+                if not single_ending and last_end > time_offset:
+                    seek = round(last_end * FRAMES_PER_SECOND)
+                last_speech = last_end
+
+        for piece, piece_words, piece_timings in zip(pieces, words, timings, strict=True):
+            text = tok.decode(list(piece.tokens))
+            seg_tokens = piece.tokens
+            if piece.start == piece.end or not text.strip():
+                text, seg_tokens, piece_words, piece_timings = "", (), (), ()
+            segment = Segment(
+                id=len(segments), window=window, seek=window_seek, start=piece.start,
+                end=piece.end, text=text, tokens=seg_tokens, temperature=result.temperature,
+                avg_logprob=result.avg_logprob, compression_ratio=result.compression_ratio,
+                no_speech_prob=result.no_speech_prob, words=tuple(piece_words),
+                token_timings=tuple(piece_timings),
+            )
+            segments.append(segment)
+            all_tokens.extend(seg_tokens)
+            yield segment
+        if not options.condition_on_previous_text or result.temperature > 0.5:
+            prompt_reset_since = len(all_tokens)
+        window += 1
+
+    text = tok.decode(all_tokens[n_initial_prompt:])
+    yield Transcript(text=text, language=language, segments=tuple(segments), duration=duration)

@@ -1,0 +1,193 @@
+"""The Whisper encoder-decoder, written for an explicit KV cache and visible cross-attention.
+
+Attention as in the seeds: per head d_k = d_model / n_head, scores = Q Kᵀ / sqrt(d_k), softmax
+over the keys. The decoder's cross-attention keys and values come from the 1,500 encoder
+frames of a window; they are computed once (`Decoder.cross_kv`) and kept in the `KVCache`.
+When asked, the decoder returns the cross-attention scores of every layer and head from the
+same forward pass that produced the logits; otherwise it takes the fused SDPA kernel.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from model.dims import ModelDims
+from model.kv_cache import CrossKV, KVCache
+
+
+def sinusoids(length: int, channels: int, max_timescale: float = 10000.0) -> Tensor:
+    """The encoder's fixed positional embedding."""
+    log_timescale_increment = math.log(max_timescale) / (channels // 2 - 1)
+    inv_timescales = torch.exp(-log_timescale_increment * torch.arange(channels // 2))
+    scaled_time = torch.arange(length)[:, None] * inv_timescales[None, :]  # [length, C/2]
+    return torch.cat([torch.sin(scaled_time), torch.cos(scaled_time)], dim=1)  # [length, C]
+
+
+def split_heads(x: Tensor, n_head: int) -> Tensor:
+    b, t, d = x.shape
+    return x.view(b, t, n_head, d // n_head).transpose(1, 2)  # [B, H, T, d_k]
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    b, h, t, dk = x.shape
+    return x.transpose(1, 2).reshape(b, t, h * dk)  # [B, T, d]
+
+
+class SelfAttention(nn.Module):
+    """Fused Q/K/V projection; causal and cached in the decoder, full in the encoder."""
+
+    def __init__(self, n_state: int, n_head: int) -> None:
+        super().__init__()
+        self.n_head = n_head
+        self.qkv = nn.Linear(n_state, 3 * n_state)  # the key part of the bias is zero
+        self.out = nn.Linear(n_state, n_state)
+
+    def forward(self, x: Tensor, cache: KVCache | None = None, layer: int = 0) -> Tensor:
+        q, k, v = self.qkv(x).chunk(3, dim=-1)  # 3 × [B, T, d]
+        q, k, v = (split_heads(t, self.n_head) for t in (q, k, v))  # [B, H, T, d_k]
+        if cache is None:  # encoder: every frame sees every frame
+            return self.out(merge_heads(F.scaled_dot_product_attention(q, k, v)))
+        past = cache.length
+        k, v = cache.append(layer, k, v)  # [B, H, past + T, d_k]
+        t = q.shape[2]
+        if t == 1:
+            y = F.scaled_dot_product_attention(q, k, v)
+        elif past == 0:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:  # new block after cached rows: row i sees everything up to past + i
+            mask = torch.ones(t, past + t, dtype=torch.bool, device=x.device).tril(past)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.out(merge_heads(y))  # [B, T, d]
+
+
+class CrossAttention(nn.Module):
+    """Decoder queries over the window's encoder frames (K/V from the cache)."""
+
+    def __init__(self, n_state: int, n_head: int) -> None:
+        super().__init__()
+        self.n_head = n_head
+        self.query = nn.Linear(n_state, n_state)
+        self.kv = nn.Linear(n_state, 2 * n_state, bias=True)  # the key part of the bias is zero
+        self.out = nn.Linear(n_state, n_state)
+
+    def project_kv(self, audio_features: Tensor) -> tuple[Tensor, Tensor]:
+        k, v = self.kv(audio_features).chunk(2, dim=-1)  # 2 × [B, 1500, d]
+        return split_heads(k, self.n_head), split_heads(v, self.n_head)  # [B, H, 1500, d_k]
+
+    def forward(
+        self, x: Tensor, k: Tensor, v: Tensor, need_scores: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        q = split_heads(self.query(x), self.n_head)  # [B, H, T, d_k]
+        if not need_scores:
+            return self.out(merge_heads(F.scaled_dot_product_attention(q, k, v))), None
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])  # [B, H, T, 1500]
+        weights = scores.float().softmax(dim=-1).to(q.dtype)  # [B, H, T, 1500]
+        return self.out(merge_heads(weights @ v)), scores  # [B, T, d], [B, H, T, 1500]
+
+
+class ResidualAttentionBlock(nn.Module):
+    def __init__(self, n_state: int, n_head: int, cross_attention: bool = False) -> None:
+        super().__init__()
+        self.attn_ln = nn.LayerNorm(n_state)
+        self.attn = SelfAttention(n_state, n_head)
+        self.cross_attn_ln = nn.LayerNorm(n_state) if cross_attention else None
+        self.cross_attn = CrossAttention(n_state, n_head) if cross_attention else None
+        self.mlp_ln = nn.LayerNorm(n_state)
+        self.mlp = nn.Sequential(
+            nn.Linear(n_state, 4 * n_state), nn.GELU(), nn.Linear(4 * n_state, n_state)
+        )
+
+    def forward(
+        self, x: Tensor, cache: KVCache | None = None, layer: int = 0, need_scores: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        x = x + self.attn(self.attn_ln(x), cache, layer)  # [B, T, d]
+        scores = None
+        if self.cross_attn is not None and cache is not None:
+            k, v = cache.cross.k[layer], cache.cross.v[layer]  # [B, H, 1500, d_k]
+            y, scores = self.cross_attn(self.cross_attn_ln(x), k, v, need_scores)
+            x = x + y  # [B, T, d]
+        x = x + self.mlp(self.mlp_ln(x))  # [B, T, d]
+        return x, scores
+
+
+class AudioEncoder(nn.Module):
+    def __init__(self, n_mels: int, n_ctx: int, n_state: int, n_head: int, n_layer: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv1d(n_mels, n_state, kernel_size=3, padding=1)
+        self.conv2 = nn.Conv1d(n_state, n_state, kernel_size=3, stride=2, padding=1)
+        self.register_buffer("positional_embedding", sinusoids(n_ctx, n_state))
+        self.blocks = nn.ModuleList(ResidualAttentionBlock(n_state, n_head) for _ in range(n_layer))
+        self.ln_post = nn.LayerNorm(n_state)
+
+    def forward(self, mel: Tensor) -> Tensor:
+        x = F.gelu(self.conv1(mel))  # [B, d, 3000]
+        x = F.gelu(self.conv2(x))  # [B, d, 1500]
+        x = x.transpose(1, 2)  # [B, 1500, d]
+        x = x + self.positional_embedding.to(x.dtype)  # [B, 1500, d]
+        for block in self.blocks:
+            x, _ = block(x)
+        return self.ln_post(x)  # [B, 1500, d]
+
+
+class TextDecoder(nn.Module):
+    def __init__(self, n_vocab: int, n_ctx: int, n_state: int, n_head: int, n_layer: int) -> None:
+        super().__init__()
+        self.token_embedding = nn.Embedding(n_vocab, n_state)
+        self.positional_embedding = nn.Parameter(torch.empty(n_ctx, n_state))
+        self.blocks = nn.ModuleList(
+            ResidualAttentionBlock(n_state, n_head, cross_attention=True) for _ in range(n_layer)
+        )
+        self.ln = nn.LayerNorm(n_state)
+
+    def cross_kv(self, audio_features: Tensor) -> CrossKV:
+        """Cross-attention K/V of every layer, computed once per window."""
+        pairs = [b.cross_attn.project_kv(audio_features) for b in self.blocks]
+        return CrossKV(k=[k for k, _ in pairs], v=[v for _, v in pairs])
+
+    def forward(
+        self,
+        tokens: Tensor,
+        cache: KVCache,
+        need_scores: bool = False,
+        logit_rows: Tensor | slice | None = None,
+    ) -> tuple[Tensor, list[Tensor] | None]:
+        """Logits for the rows `logit_rows` of the new tokens (all by default), and, when asked,
+        every layer's pre-softmax cross-attention scores [B, H, T, 1500]."""
+        offset = cache.length
+        t = tokens.shape[-1]
+        x = self.token_embedding(tokens) + self.positional_embedding[offset : offset + t]  # [B, T, d]
+        all_scores = []
+        for layer, block in enumerate(self.blocks):
+            x, scores = block(x, cache, layer, need_scores)
+            all_scores.append(scores)
+        cache.advance(t)
+        x = self.ln(x)  # [B, T, d]
+        if logit_rows is not None:
+            x = x[:, logit_rows]  # [B, T', d]
+        logits = (x @ self.token_embedding.weight.T).float()  # [B, T', n_vocab]
+        return logits, (all_scores if need_scores else None)
+
+
+class Whisper(nn.Module):
+    def __init__(self, dims: ModelDims) -> None:
+        super().__init__()
+        self.dims = dims
+        d = dims
+        self.encoder = AudioEncoder(
+            d.n_mels, d.n_audio_ctx, d.n_audio_state, d.n_audio_head, d.n_audio_layer
+        )
+        self.decoder = TextDecoder(
+            d.n_vocab, d.n_text_ctx, d.n_text_state, d.n_text_head, d.n_text_layer
+        )
+
+    @property
+    def device(self) -> torch.device:
+        return self.decoder.positional_embedding.device
+
+    def new_cache(self, audio_features: Tensor) -> KVCache:
+        """A KV cache for decoding these windows: cross-attention K/V are computed here, once."""
+        return KVCache(self.decoder.cross_kv(audio_features), self.dims.n_text_ctx)

@@ -1,0 +1,84 @@
+"""Word and token timestamps for a decoded window, from its cached cross-attention.
+
+The window's cross-attention K/V are already in its KVCache, so the only extra work is one
+teacher-forced decoder pass over `[sot sequence, <|notimestamps|>, text tokens, <|endoftext|>]`
+returning the alignment heads' scores; the math (median filter, DTW, word split, clamps) lives
+in `model.alignment` as pure functions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from model.alignment import SegmentTokens, add_word_timestamps, find_alignment, token_probabilities
+from model.kv_cache import KVCache
+from model.results import TokenTiming, WordTiming
+from model.tokenizer import Tokenizer
+from model.whisper import Whisper
+
+if TYPE_CHECKING:
+    from model.transcribe import Piece
+
+
+class WordAligner:
+    def __init__(self, model: Whisper, tokenizer: Tokenizer, heads: tuple[tuple[int, int], ...]):
+        self.model, self.tokenizer, self.heads = model, tokenizer, heads
+
+    def scores(self, cache: KVCache, tokens: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher-forced logits [T, n_vocab] and alignment-head scores [n_heads, T, 1500]."""
+        fresh = cache.fork()  # new self-attention rows, the window's cross-attention K/V
+        x = torch.tensor([tokens], device=self.model.device)  # [1, T]
+        logits, scores = self.model.decoder(x, fresh, need_scores=True)
+        picked = torch.stack([scores[layer][0, head] for layer, head in self.heads])  # [h, T, 1500]
+        return logits[0], picked
+
+    def align(
+        self,
+        cache: KVCache,
+        sot_sequence: tuple[int, ...],
+        pieces: list[Piece],
+        num_frames: int,
+        language: str,
+        time_offset: float,
+        last_speech: float,
+    ) -> tuple[list[Piece], list[tuple[WordTiming, ...]], list[tuple[TokenTiming, ...]], float | None]:
+        """Pieces with snapped bounds, their words and token timings, and the new last speech
+        time (None when the window has no segments)."""
+        tok = self.tokenizer
+        if not pieces:
+            return pieces, [], [], None
+        per_piece = [[t for t in p.tokens if t < tok.eot] for p in pieces]
+        text_tokens = [t for tokens in per_piece for t in tokens]
+        prefix = [*sot_sequence, tok.no_timestamps]
+        logits, scores = self.scores(cache, [*prefix, *text_tokens, tok.eot])
+        probs = token_probabilities(
+            logits, n_prefix=len(prefix), text_tokens=text_tokens, eot=tok.eot
+        )
+        words, starts, ends = find_alignment(
+            scores,
+            num_frames=num_frames,
+            n_prefix=len(prefix),
+            text_tokens=text_tokens,
+            text_token_probs=probs,
+            language=language,
+            decode_with_timestamps=tok.decode_with_timestamps,
+            eot=tok.eot,
+        )
+        segments = [SegmentTokens(p.start, p.end, tuple(t)) for p, t in zip(pieces, per_piece)]
+        timed, last_end = add_word_timestamps(
+            segments, words, time_offset=time_offset, last_speech_timestamp=last_speech
+        )
+        bounds = np.cumsum([0] + [len(t) for t in per_piece])  # [n_pieces + 1]
+        timings = [
+            tuple(
+                TokenTiming(t, round(time_offset + float(s), 2), round(time_offset + float(e), 2))
+                for t, s, e in zip(text_tokens[lo:hi], starts[lo:hi], ends[lo:hi])
+            )
+            for lo, hi in zip(bounds[:-1], bounds[1:])
+        ]
+        pieces = [replace(p, start=t.start, end=t.end) for p, t in zip(pieces, timed)]
+        return pieces, [t.words for t in timed], timings, last_end

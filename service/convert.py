@@ -1,0 +1,258 @@
+"""Proto ⇄ dataclasses: requests into audio loaders and DecodeOptions, model events into
+xattn.v1 messages. Pure functions and small stateful shapers; no gRPC, no threads.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from model.audio import AudioError, AudioTooLongError, decode_audio, pcm_to_audio
+from model.decoding import DEFAULT_TEMPERATURES, DecodeOptions, OptionsError
+from model.pipeline import Pipeline
+from model.results import (
+    FRAMES_PER_SECOND,
+    Segment,
+    TokenEvent,
+    Transcript,
+    WindowDiscarded,
+    WindowStart,
+)
+from service.engine import Event, Limits, Timings
+from service.rows import RowSpec
+from xattn.v1 import transcriber_pb2 as pb
+
+PCM_ENCODINGS = {pb.PCM_ENCODING_INT16: "int16", pb.PCM_ENCODING_FLOAT32: "float32"}
+TASKS = {pb.TASK_UNSPECIFIED: "transcribe", pb.TASK_TRANSCRIBE: "transcribe"}
+TASKS[pb.TASK_TRANSLATE] = "translate"
+FRAMES_PER_WINDOW = 1500  # encoder frames in a 30 s window
+
+
+def audio_loader(audio: pb.Audio, max_seconds: float) -> Callable[[], np.ndarray]:
+    """Check what can be checked without decoding; return the (slow) decode as a thunk.
+
+    Raises AudioError (AudioTooLongError) for audio that is missing, empty or too long.
+    """
+    source = audio.WhichOneof("source")
+    if source == "encoded":
+        data = audio.encoded
+        if not data:
+            raise AudioError("audio.encoded is empty (0 bytes)")
+        return lambda: decode_audio(data, max_seconds=max_seconds)
+    if source == "pcm":
+        pcm = audio.pcm
+        if pcm.encoding not in PCM_ENCODINGS:
+            raise AudioError("audio.pcm.encoding must be PCM_ENCODING_INT16 or _FLOAT32")
+        encoding, channels = PCM_ENCODINGS[pcm.encoding], pcm.channels or 1
+        if not pcm.data:
+            raise AudioError("audio.pcm.data is empty (0 bytes)")
+        if pcm.sample_rate <= 0:
+            raise AudioError(f"audio.pcm.sample_rate must be positive, not {pcm.sample_rate}")
+        width = 2 if encoding == "int16" else 4
+        seconds = len(pcm.data) / (width * max(channels, 1) * pcm.sample_rate)
+        if seconds > max_seconds:
+            raise AudioTooLongError(
+                f"audio is too long: {seconds:.1f} s of PCM, limit {max_seconds:g} s"
+            )
+        data, rate = pcm.data, pcm.sample_rate
+        return lambda: pcm_to_audio(data, rate, encoding, channels)
+    raise AudioError("no audio: set audio.encoded (a file's bytes) or audio.pcm")
+
+
+def decode_options(options: pb.TranscriptionOptions, return_attention: bool) -> DecodeOptions:
+    """TranscriptionOptions -> DecodeOptions (OptionsError for values no model takes)."""
+    if options.task not in TASKS:
+        raise OptionsError(f"unknown task {options.task}")
+    temperatures = tuple(float(t) for t in options.temperatures) or DEFAULT_TEMPERATURES
+    for t in temperatures:
+        if not math.isfinite(t) or t < 0:
+            raise OptionsError(f"temperature {t} must be finite and >= 0")
+    condition = True
+    if options.HasField("condition_on_previous_text"):
+        condition = options.condition_on_previous_text
+    return DecodeOptions(
+        language=options.language or None,
+        task=TASKS[options.task],
+        temperatures=temperatures,
+        condition_on_previous_text=condition,
+        word_timestamps=options.word_timestamps,
+        return_attention=return_attention,
+    )
+
+
+def token_kind(event: TokenEvent, eot: int) -> int:
+    if event.timestamp is not None:
+        return pb.TOKEN_KIND_TIMESTAMP
+    return pb.TOKEN_KIND_END_OF_TEXT if event.id == eot else pb.TOKEN_KIND_TEXT
+
+
+def token(event: TokenEvent, eot: int, rows: RowSpec) -> pb.Token:
+    msg = pb.Token(
+        index=event.index,
+        id=event.id,
+        text=event.text,
+        logprob=event.logprob,
+        window=event.window,
+        temperature=event.temperature,
+        kind=token_kind(event, eot),
+    )
+    if event.timestamp is not None:
+        msg.timestamp = event.timestamp
+    if rows.enabled and event.attention is not None:
+        msg.alignment.CopyFrom(rows.tensor(rows.select(event.attention)))
+    return msg
+
+
+def window_start(event: WindowStart) -> pb.WindowStart:
+    return pb.WindowStart(
+        window=event.window,
+        offset=event.offset,
+        num_frames=event.num_frames,
+        language=event.language,
+    )
+
+
+def window_discarded(event: WindowDiscarded) -> pb.WindowDiscarded:
+    return pb.WindowDiscarded(
+        window=event.window, temperature=event.temperature, reason=event.reason
+    )
+
+
+def segment(seg: Segment) -> pb.Segment:
+    return pb.Segment(
+        id=seg.id,
+        window=seg.window,
+        start=seg.start,
+        end=seg.end,
+        text=seg.text,
+        tokens=seg.tokens,
+        temperature=seg.temperature,
+        avg_logprob=seg.avg_logprob,
+        compression_ratio=seg.compression_ratio,
+        no_speech_prob=seg.no_speech_prob,
+        words=[
+            pb.Word(word=w.word, start=w.start, end=w.end, probability=w.probability)
+            for w in seg.words
+        ],
+    )
+
+
+def transcript(result: Transcript) -> pb.Transcript:
+    return pb.Transcript(
+        text=result.text,
+        language=result.language,
+        segments=[segment(s) for s in result.segments],
+        duration=result.duration,
+    )
+
+
+def timings(t: Timings) -> pb.Timings:
+    return pb.Timings(
+        queue_seconds=t.queue,
+        audio_seconds=t.audio,
+        encode_seconds=t.encode,
+        decode_seconds=t.decode,
+        total_seconds=t.total,
+    )
+
+
+@dataclass
+class StreamShaper:
+    """Model events -> StreamTranscribeResponse, one for one (runs on the worker thread)."""
+
+    rows: RowSpec
+    eot: int
+
+    def __call__(self, event: Event) -> pb.StreamTranscribeResponse:
+        if isinstance(event, TokenEvent):
+            return pb.StreamTranscribeResponse(token=token(event, self.eot, self.rows))
+        if isinstance(event, WindowStart):
+            return pb.StreamTranscribeResponse(window_start=window_start(event))
+        if isinstance(event, WindowDiscarded):
+            return pb.StreamTranscribeResponse(window_discarded=window_discarded(event))
+        if isinstance(event, Segment):
+            return pb.StreamTranscribeResponse(segment=segment(event))
+        if isinstance(event, Transcript):
+            return pb.StreamTranscribeResponse(done=pb.Done(transcript=transcript(event)))
+        raise TypeError(f"unexpected event {type(event).__name__}")
+
+
+@dataclass
+class _Window:
+    start: WindowStart
+    indices: list[int] = field(default_factory=list)
+    ids: list[int] = field(default_factory=list)
+    rows: list[np.ndarray] = field(default_factory=list)
+
+
+@dataclass
+class UnaryShaper:
+    """Collects the rows of each window's accepted attempt; answers at the Transcript."""
+
+    rows: RowSpec
+    windows: list[_Window] = field(default_factory=list)
+
+    def __call__(self, event: Event) -> pb.TranscribeResponse | None:
+        if isinstance(event, WindowStart):
+            self.windows.append(_Window(event))
+        elif isinstance(event, TokenEvent) and self.rows.enabled:
+            w = self.windows[-1]
+            w.indices.append(event.index)
+            w.ids.append(event.id)
+            if event.attention is not None:
+                w.rows.append(self.rows.select(event.attention))
+        elif isinstance(event, WindowDiscarded) and self.windows:
+            self.windows[-1] = _Window(self.windows[-1].start)
+        elif isinstance(event, Transcript):
+            response = pb.TranscribeResponse(transcript=transcript(event))
+            if self.rows.enabled:
+                response.windows.extend(self._alignment(w) for w in self.windows)
+            return response
+        return None
+
+    def _alignment(self, w: _Window) -> pb.WindowAlignment:
+        empty = np.zeros((0, self.rows.n_rows, FRAMES_PER_WINDOW), np.float32)
+        matrix = np.stack(w.rows) if w.rows else empty  # [n_tokens, n_rows, 1500]
+        return pb.WindowAlignment(
+            window=w.start.window,
+            offset=w.start.offset,
+            num_frames=w.start.num_frames,
+            token_indices=w.indices,
+            token_ids=w.ids,
+            matrix=self.rows.tensor(matrix),
+        )
+
+
+def model_info(pipe: Pipeline, limits: Limits) -> pb.GetModelInfoResponse:
+    d = pipe.dims
+    return pb.GetModelInfoResponse(
+        model_name=pipe.name,
+        dims=pb.ModelDims(
+            n_mels=d.n_mels,
+            n_audio_ctx=d.n_audio_ctx,
+            n_audio_state=d.n_audio_state,
+            n_audio_head=d.n_audio_head,
+            n_audio_layer=d.n_audio_layer,
+            n_vocab=d.n_vocab,
+            n_text_ctx=d.n_text_ctx,
+            n_text_state=d.n_text_state,
+            n_text_head=d.n_text_head,
+            n_text_layer=d.n_text_layer,
+        ),
+        alignment_heads=[pb.AttentionHead(layer=la, head=h) for la, h in pipe.alignment_heads],
+        languages=pipe.languages,
+        multilingual=pipe.is_multilingual,
+        alignment_frames_per_second=FRAMES_PER_SECOND,
+        limits=pb.ServerLimits(
+            max_audio_seconds=limits.max_audio_seconds,
+            max_receive_message_bytes=limits.max_receive_message_bytes,
+            max_send_message_bytes=limits.max_send_message_bytes,
+            workers=limits.workers,
+            max_queue=limits.max_queue,
+        ),
+        compute_type=pipe.compute,
+        device=pipe.device,
+    )

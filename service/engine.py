@@ -1,0 +1,260 @@
+"""The model's room on the server: one Pipeline, a few worker threads, a bounded queue.
+
+A request is admitted (or refused with `Overloaded`), its audio decoded on a small audio
+pool, then its transcription generator runs on a decode worker thread. Each event is shaped
+there (the caller's function, e.g. into a proto message) and handed to the event loop
+through an asyncio queue, with a little backpressure. Cancelling the consumer (client
+cancel, deadline, shutdown) closes the generator within one token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, fields
+from typing import Generic, TypeVar
+
+import numpy as np
+
+from model.decoding import DecodeOptions
+from model.pipeline import Pipeline
+from model.results import TokenEvent, WindowStart
+from model.transcribe import Event
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+BUFFERED_EVENTS = 256  # shaped events a worker may run ahead of a slow consumer
+_END = object()
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_audio_seconds: float = 1800.0
+    workers: int = 1  # transcriptions running at once
+    max_queue: int = 8  # admitted transcriptions waiting for a worker
+    max_receive_message_bytes: int = 0  # reported only; the server enforces it
+    max_send_message_bytes: int = 0
+
+
+@dataclass
+class Counters:
+    """Transcriptions by outcome; a snapshot is a copy."""
+
+    admitted: int = 0
+    rejected: int = 0  # refused: queue full
+    invalid: int = 0  # the audio could not be used
+    started: int = 0  # reached a worker
+    finished: int = 0
+    cancelled: int = 0  # client cancel, deadline or shutdown (queued or running)
+    failed: int = 0  # the model raised
+    tokens_decoded: int = 0
+    in_flight: int = 0  # admitted and not over: loading audio, queued or running
+
+
+@dataclass
+class Timings:
+    """Wall-clock seconds of one transcription."""
+
+    queue: float = 0.0
+    audio: float = 0.0
+    encode: float = 0.0
+    decode: float = 0.0
+    total: float = 0.0
+
+
+class NotReady(RuntimeError):
+    """The model is not loaded (yet, or any more)."""
+
+
+class Overloaded(RuntimeError):
+    """Every worker is busy and the queue is full."""
+
+    def __init__(self, message: str, retry_after_ms: int) -> None:
+        super().__init__(message)
+        self.retry_after_ms = retry_after_ms
+
+
+class _Cancelled(Exception):
+    pass
+
+
+class Run(Generic[T]):
+    """One admitted transcription: iterate `events()`, then read `timings()`."""
+
+    def __init__(self, engine: Engine, load_audio: Callable[[], np.ndarray],
+                 options: DecodeOptions, shape: Callable[[Event], T | None]) -> None:
+        self._engine, self._load_audio, self.options, self.shape = engine, load_audio, options, shape
+        self.arrived = time.perf_counter()
+        self.queued_at = self.arrived
+        self.times = Timings()
+        self.cancelled = threading.Event()
+        self._queue: asyncio.Queue[object] = asyncio.Queue()
+        self._loop = asyncio.get_running_loop()
+        self._space = threading.Semaphore(BUFFERED_EVENTS)
+        self._done = False
+
+    def timings(self) -> Timings:
+        if not self._done:
+            self.times.total = time.perf_counter() - self.arrived
+        return Timings(**{f.name: getattr(self.times, f.name) for f in fields(Timings)})
+
+    async def events(self) -> AsyncIterator[T]:
+        """The shaped events; raises what the audio loader or the model raised."""
+        engine, submitted = self._engine, False
+        try:
+            t0 = time.perf_counter()
+            audio = await self._loop.run_in_executor(engine.audio_pool, self._load_audio)
+            self.queued_at = time.perf_counter()
+            self.times.audio = self.queued_at - t0
+            engine.decode_pool.submit(engine.work, self, audio)
+            submitted = True
+            while (item := await self._queue.get()) is not _END:
+                self._space.release()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item  # type: ignore[misc]
+            self.timings()
+            self._done = True
+        except BaseException as e:
+            if not submitted:
+                engine.end(self, "cancelled" if _is_cancel(e) else "invalid")
+            raise
+        finally:
+            self.cancelled.set()  # the worker, if still running, stops within one token
+
+    # called on the worker thread
+    def put(self, item: object) -> None:
+        while not self._space.acquire(timeout=0.05):
+            if self.cancelled.is_set():
+                raise _Cancelled
+        if self.cancelled.is_set():
+            raise _Cancelled
+        self.put_last(item)
+
+    def put_last(self, item: object) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+        except RuntimeError:  # the event loop is closed: nobody is listening
+            self.cancelled.set()
+
+
+def _is_cancel(e: BaseException) -> bool:
+    return isinstance(e, asyncio.CancelledError | GeneratorExit)
+
+
+class Engine:
+    """Owns the Pipeline; admits, queues, runs and counts transcriptions."""
+
+    def __init__(self, limits: Limits, pipeline: Pipeline | None = None) -> None:
+        self.limits = limits
+        self._pipeline = pipeline
+        self._lock = threading.Lock()
+        self._counters = Counters()
+        self._mean_seconds = 2.0  # moving average of a transcription's time, for retry hints
+        workers = max(1, limits.workers)
+        self.decode_pool = ThreadPoolExecutor(workers, thread_name_prefix="xattn-decode")
+        self.audio_pool = ThreadPoolExecutor(workers, thread_name_prefix="xattn-audio")
+
+    @property
+    def ready(self) -> bool:
+        return self._pipeline is not None
+
+    @property
+    def pipeline(self) -> Pipeline:
+        if self._pipeline is None:
+            raise NotReady("the model is still loading")
+        return self._pipeline
+
+    async def load(self, loader: Callable[[], Pipeline], warm_up: bool = True) -> Pipeline:
+        """Load the model off the event loop, run one tiny decode, and start serving."""
+        pipe = await asyncio.to_thread(loader)
+        if warm_up:
+            seconds = await asyncio.to_thread(pipe.warm_up)
+            log.info("warmed up %s in %.2f s", pipe.name, seconds)
+        self._pipeline = pipe
+        return pipe
+
+    def counters(self) -> Counters:
+        with self._lock:
+            return Counters(**{f.name: getattr(self._counters, f.name) for f in fields(Counters)})
+
+    def submit(self, load_audio: Callable[[], np.ndarray], options: DecodeOptions,
+               shape: Callable[[Event], T | None]) -> Run[T]:
+        """Admit a transcription (Overloaded when full); must run on the event loop."""
+        self.pipeline  # noqa: B018  (NotReady while loading)
+        capacity = max(1, self.limits.workers) + max(0, self.limits.max_queue)
+        with self._lock:
+            c = self._counters
+            if c.in_flight >= capacity:
+                c.rejected += 1
+                waiting = c.in_flight - max(1, self.limits.workers) + 1
+                retry = self._mean_seconds * waiting / max(1, self.limits.workers)
+                retry_ms = int(min(60.0, max(0.1, retry)) * 1000)
+                raise Overloaded(
+                    f"server busy: {c.in_flight} transcriptions in flight "
+                    f"({self.limits.workers} running, queue of {self.limits.max_queue} full); "
+                    f"retry in about {retry_ms} ms",
+                    retry_ms,
+                )
+            c.admitted += 1
+            c.in_flight += 1
+        return Run(self, load_audio, options, shape)
+
+    def end(self, run: Run, outcome: str) -> None:
+        with self._lock:
+            c = self._counters
+            setattr(c, outcome, getattr(c, outcome) + 1)
+            c.in_flight -= 1
+            if outcome == "finished":
+                seconds = time.perf_counter() - run.arrived
+                self._mean_seconds = 0.8 * self._mean_seconds + 0.2 * seconds
+
+    def work(self, run: Run, audio: np.ndarray) -> None:
+        """Run one transcription on this (worker) thread."""
+        run.times.queue = time.perf_counter() - run.queued_at
+        if run.cancelled.is_set():
+            self.end(run, "cancelled")
+            return
+        with self._lock:
+            self._counters.started += 1
+        outcome, events = "failed", self.pipeline.transcribe(audio, run.options)
+        try:
+            while not run.cancelled.is_set():
+                t0 = time.perf_counter()
+                event = next(events, None)
+                dt = time.perf_counter() - t0
+                if event is None:
+                    outcome = "finished"
+                    break
+                if isinstance(event, WindowStart):
+                    run.times.encode += dt
+                else:
+                    run.times.decode += dt
+                if isinstance(event, TokenEvent):
+                    with self._lock:
+                        self._counters.tokens_decoded += 1
+                item = run.shape(event)
+                if item is not None:
+                    run.put(item)
+            else:
+                outcome = "cancelled"
+        except _Cancelled:
+            outcome = "cancelled"
+        except Exception as e:
+            log.exception("transcription failed")
+            run.put_last(e)
+        finally:
+            events.close()
+            self.end(run, outcome)
+            run.put_last(_END)
+
+    async def close(self) -> None:
+        """Stop taking work; wait for the worker threads (call after in-flight RPCs end)."""
+        self._pipeline = None
+        await asyncio.to_thread(self.decode_pool.shutdown, wait=True, cancel_futures=True)
+        await asyncio.to_thread(self.audio_pool.shutdown, wait=True, cancel_futures=True)
