@@ -1,9 +1,7 @@
-"""Word and token timestamps from cross-attention, as openai-whisper computes them.
+"""Word and token timestamps from cross-attention, with openai-whisper's numbers.
 
-Pure functions: the model hands in the pre-softmax cross-attention scores of its alignment
-heads for a teacher-forced pass over `[*sot_sequence, <|notimestamps|>, *text, <|endoftext|>]`
-and the probability of each text token; the tokenizer is reduced to a decode callable.
-Times are seconds relative to the window start until `add_word_timestamps` adds the offset.
+Pure functions over the alignment heads' pre-softmax cross-attention of a teacher-forced pass
+over `[*sot_sequence, <|notimestamps|>, *text, <|endoftext|>]`; the tokenizer is a callable.
 """
 
 from __future__ import annotations
@@ -46,12 +44,10 @@ def median_filter(x: torch.Tensor, width: int) -> torch.Tensor:
 
 
 def dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Minimum-cost monotone path through `cost` [rows, cols] from (0, 0) to the last cell.
+    """Cheapest monotone path through `cost` [rows, cols]: (text_indices, time_indices).
 
-    Same float32 accumulation, tie-breaking (a diagonal or vertical step only when strictly
-    cheaper than both others, else horizontal) and backtrace as whisper's CPU DTW. The
-    recursion runs over anti-diagonals i + j = k, each one a vectorised numpy step.
-    Returns (text_indices, time_indices), one entry per path step, in path order.
+    As whisper's CPU DTW: float32 accumulation, a diagonal or vertical step only when strictly
+    cheaper than both others (else horizontal), same backtrace. Vectorised per anti-diagonal.
     """
     x = np.asarray(cost, dtype=np.float64)  # [n, m]
     n, m = x.shape
@@ -73,19 +69,12 @@ def dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         acc[k, lo : hi + 1] = xs[k, lo : hi + 1] + best  # float64 sum, stored as float32
         step[k, lo : hi + 1] = np.where(take_diag, 0, np.where(take_up, 1, 2))
 
-    path = []
-    i, j = n, m
+    back = {0: (1, 1), 1: (1, 0), 2: (0, 1)}  # step -> (di, dj); column 0 goes up, row 0 left
+    path, i, j = [], n, m
     while i > 0 or j > 0:
         path.append((i - 1, j - 1))
-        move = 1 if j == 0 else 2 if i == 0 else step[i + j, i]
-        if move == 0:
-            i, j = i - 1, j - 1
-        elif move == 1:
-            i -= 1
-        elif move == 2:
-            j -= 1
-        else:
-            raise ValueError(f"DTW trace has no step at cell ({i}, {j})")
+        di, dj = back[1 if j == 0 else 2 if i == 0 else int(step[i + j, i])]
+        i, j = i - di, j - dj
     steps = np.array(path[::-1], dtype=np.int64).reshape(-1, 2)  # [path_len, 2]
     return steps[:, 0], steps[:, 1]
 
@@ -95,9 +84,8 @@ def split_tokens_on_unicode(
 ) -> tuple[list[str], list[list[int]]]:
     """Split wherever the tokens so far decode to whole unicode characters.
 
-    A run ends when its text has no U+FFFD, or only one the full decode also has (a genuine
-    replacement character). Tokens left incomplete at the end are dropped, as openai does.
-    `eot` is unused; it keeps the splitters' signatures alike.
+    A run ends when its text has no U+FFFD, or one the full decode also has there. Tokens
+    left incomplete at the end are dropped, as openai does. `eot` is unused (same signature).
     """
     full = decode_with_timestamps(list(tokens))
     words: list[str] = []
@@ -124,7 +112,8 @@ def split_tokens_on_spaces(
     a special token (id >= eot)."""
     words: list[str] = []
     groups: list[list[int]] = []
-    for piece, piece_tokens in zip(*split_tokens_on_unicode(tokens, decode_with_timestamps, eot)):
+    pieces, piece_groups = split_tokens_on_unicode(tokens, decode_with_timestamps, eot)
+    for piece, piece_tokens in zip(pieces, piece_groups, strict=True):
         special = piece_tokens[0] >= eot
         # substring test, as openai's: "" and runs like '!"' count as punctuation
         punctuation = piece.strip() in string.punctuation
@@ -219,7 +208,7 @@ def find_alignment(
             end=float(jump_times[hi]),
             probability=float(np.mean(text_token_probs[lo:hi])),
         )
-        for word, tokens, lo, hi in zip(words, word_tokens, bounds[:-1], bounds[1:])
+        for word, tokens, lo, hi in zip(words, word_tokens, bounds[:-1], bounds[1:], strict=False)
     ]
     return aligned, token_starts, token_ends
 
@@ -229,12 +218,11 @@ def merge_punctuations(
     prepended: str = PREPEND_PUNCTUATIONS,
     appended: str = APPEND_PUNCTUATIONS,
 ) -> list[AlignedWord]:
-    """Fold punctuation into neighbouring words; emptied entries stay, with "" and no tokens.
+    """Fold punctuation into neighbours; emptied entries stay, with "" and no tokens.
 
-    A word that starts with a space and whose stripped text is in `prepended` joins the next
-    kept word; a word in `appended` joins the previous one unless that ends with a space.
-    Times and probabilities of the receiving word are unchanged. Membership is a substring
-    test, as in openai (so "" counts as punctuation).
+    " x" with x in `prepended` joins the next kept word; a word in `appended` joins the
+    previous one unless that ends with a space. The receiver keeps its times and probability.
+    Membership is a substring test, as in openai (so "" counts as punctuation).
     """
     text = [w.word for w in words]
     toks = [list(w.tokens) for w in words]
@@ -254,7 +242,7 @@ def merge_punctuations(
             text[j], toks[j] = "", []
         else:
             target = j
-    return [replace(w, word=s, tokens=tuple(t)) for w, s, t in zip(words, text, toks)]
+    return [replace(w, word=s, tokens=tuple(t)) for w, s, t in zip(words, text, toks, strict=True)]
 
 
 @dataclass(frozen=True)
@@ -348,7 +336,7 @@ def add_word_timestamps(
             last_speech_timestamp = seg_end
         timed = tuple(
             WordTiming(word=w.word, start=s, end=e, probability=w.probability, tokens=w.tokens)
-            for w, (s, e) in zip(picked, spans)
+            for w, (s, e) in zip(picked, spans, strict=True)
         )
         out.append(TimedSegment(start=seg_start, end=seg_end, words=timed))
     ends = [s.words[-1].end for s in out if s.words]

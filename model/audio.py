@@ -17,7 +17,7 @@ import logging
 import math
 import os
 from fractions import Fraction
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 
 import av
@@ -181,20 +181,15 @@ def _decode_pyav(src: object, max_seconds: float | None) -> np.ndarray:
 
 
 def _wav_header_problem(head: bytes) -> str | None:
-    """Name what is wrong in a RIFF/WAVE header that both decoders refused, if we can."""
-    if len(head) < 12 or head[:4] not in (b"RIFF", b"RF64") or head[8:12] != b"WAVE":
+    """Name what is wrong in a RIFF/WAVE header's fmt chunk (both decoders only say "invalid")."""
+    if head[:4] not in (b"RIFF", b"RF64") or head[8:12] != b"WAVE":
         return None
     pos = 12
-    while pos + 8 <= len(head):
+    while pos + 16 <= len(head):
         size = int.from_bytes(head[pos + 4 : pos + 8], "little")
-        if head[pos : pos + 4] == b"fmt " and pos + 16 <= len(head):
-            channels = int.from_bytes(head[pos + 10 : pos + 12], "little")
+        if head[pos : pos + 4] == b"fmt ":
             rate = int.from_bytes(head[pos + 12 : pos + 16], "little")
-            if rate == 0 or rate > MAX_SAMPLE_RATE:
-                return f"invalid sample rate {rate} Hz"
-            if channels == 0:
-                return "invalid channel count 0"
-            return None
+            return None if 0 < rate <= MAX_SAMPLE_RATE else f"invalid sample rate {rate} Hz"
         pos += 8 + size + (size & 1)
     return None
 
@@ -209,31 +204,19 @@ def decode_audio(
     """
     if isinstance(source, bytes | bytearray | memoryview):
         data = bytes(source)
-        if not data:
-            raise AudioError("audio is empty (0 bytes)")
-        head = data[:4096]
-
-        def opener() -> object:
-            return io.BytesIO(data)
+        head, opener = data[:4096], partial(io.BytesIO, data)
     else:
         path = Path(source)
         if not path.is_file():
             raise AudioError(f"no such audio file: {path}")
         with path.open("rb") as fh:
-            head = fh.read(4096)
-        if not head:
-            raise AudioError("audio is empty (0 bytes)")
-
-        def opener() -> object:
-            return str(path)
-
-    problem = _wav_header_problem(head)
-    if problem:
+            head, opener = fh.read(4096), partial(str, path)
+    if not head:
+        raise AudioError("audio is empty (0 bytes)")
+    if problem := _wav_header_problem(head):
         raise AudioError(problem)
     audio = _decode_soundfile(opener(), max_seconds)
-    if audio is None:
-        audio = _decode_pyav(opener(), max_seconds)
-    return audio
+    return _decode_pyav(opener(), max_seconds) if audio is None else audio
 
 
 @lru_cache(maxsize=16)

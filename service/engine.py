@@ -86,9 +86,17 @@ class _Cancelled(Exception):
 class Run(Generic[T]):
     """One admitted transcription: iterate `events()`, then read `timings()`."""
 
-    def __init__(self, engine: Engine, load_audio: Callable[[], np.ndarray],
-                 options: DecodeOptions, shape: Callable[[Event], T | None]) -> None:
-        self._engine, self._load_audio, self.options, self.shape = engine, load_audio, options, shape
+    def __init__(
+        self,
+        engine: Engine,
+        load_audio: Callable[[], np.ndarray],
+        options: DecodeOptions,
+        shape: Callable[[Event], T | None],
+    ) -> None:
+        self._engine = engine
+        self._load_audio = load_audio
+        self.options = options
+        self.shape = shape
         self.arrived = time.perf_counter()
         self.queued_at = self.arrived
         self.times = Timings()
@@ -183,10 +191,15 @@ class Engine:
         with self._lock:
             return Counters(**{f.name: getattr(self._counters, f.name) for f in fields(Counters)})
 
-    def submit(self, load_audio: Callable[[], np.ndarray], options: DecodeOptions,
-               shape: Callable[[Event], T | None]) -> Run[T]:
+    def submit(
+        self,
+        load_audio: Callable[[], np.ndarray],
+        options: DecodeOptions,
+        shape: Callable[[Event], T | None],
+    ) -> Run[T]:
         """Admit a transcription (Overloaded when full); must run on the event loop."""
-        self.pipeline  # noqa: B018  (NotReady while loading)
+        if not self.ready:
+            raise NotReady("the model is still loading")
         capacity = max(1, self.limits.workers) + max(0, self.limits.max_queue)
         with self._lock:
             c = self._counters
@@ -222,8 +235,9 @@ class Engine:
             return
         with self._lock:
             self._counters.started += 1
-        outcome, events = "failed", self.pipeline.transcribe(audio, run.options)
+        outcome, events = "failed", None
         try:
+            events = self.pipeline.transcribe(audio, run.options)
             while not run.cancelled.is_set():
                 t0 = time.perf_counter()
                 event = next(events, None)
@@ -249,7 +263,8 @@ class Engine:
             log.exception("transcription failed")
             run.put_last(e)
         finally:
-            events.close()
+            if events is not None:
+                events.close()
             self.end(run, outcome)
             run.put_last(_END)
 

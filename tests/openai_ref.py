@@ -48,3 +48,21 @@ def reference_model(name: str) -> whisper.model.Whisper:
         mask[layer, head] = True
     ref.register_buffer("alignment_heads", mask.to_sparse(), persistent=False)
     return ref.eval()
+
+
+@functools.cache
+def pipeline(name: str):
+    """Our pipeline, loaded once per test session."""
+    from model.pipeline import load_pipeline
+
+    return load_pipeline(name)
+
+
+@functools.cache
+def reference_transcribe(name: str, clip: str, word_timestamps: bool) -> dict:
+    """openai-whisper's transcribe() at its defaults, fp32, on our decoded audio."""
+    from model.audio import decode_audio
+
+    return whisper.transcribe(
+        reference_model(name), decode_audio(clip), fp16=False, word_timestamps=word_timestamps
+    )

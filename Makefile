@@ -1,0 +1,41 @@
+# xattn: `make demo` runs the demo, `make test` runs lint + the test suite.
+# Works on a fresh machine with only Python 3.11 and make: the first target creates .venv and
+# installs the project into it; pip runs again only when pyproject.toml is newer than the stamp.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+SAMPLE := samples/hello.wav
+PYTEST_ARGS ?=
+# pytest's exit status of the last `make test`, for .ci/run (5 = no tests collected)
+PYTEST_EXIT := .pytest-exit
+
+.PHONY: all demo test lint proto install clean-venv
+
+all: test
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PY)
+	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(PY) -m pip install -e '.[base,test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m model $(SAMPLE)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+test: lint
+	@rm -f $(PYTEST_EXIT)
+	$(PY) -m pytest -q $(PYTEST_ARGS) || { rc=$$?; echo $$rc > $(PYTEST_EXIT); exit $$rc; }
+
+proto: $(STAMP)
+	$(PY) scripts/gen_proto.py
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,1 @@
+"""xattn's gRPC server: engine (model, queue, workers), convert, servicer, server."""

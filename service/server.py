@@ -1,0 +1,150 @@
+"""`serve()`: the gRPC server around the engine, with health, reflection and signals.
+
+The port is bound (and reported) before the model loads; health says NOT_SERVING until the
+model is loaded and warmed up, SERVING after, and NOT_SERVING again once shutdown starts.
+SIGTERM/SIGINT drain in-flight RPCs for up to `grace` seconds, then the process exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from model.pipeline import Pipeline, load_pipeline
+from service.engine import Engine, Limits
+from service.servicer import TranscriberServicer
+from xattn.v1 import transcriber_pb2, transcriber_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+MIB = 1 << 20
+TRANSCRIBER = transcriber_pb2.DESCRIPTOR.services_by_name["Transcriber"].full_name
+HEALTH = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 50051  # 0: any free port (see port_file)
+    model: str = "tiny.en"
+    device: str = "cpu"
+    workers: int = 1
+    max_queue: int = 8
+    max_audio_seconds: float = 1800.0
+    # 30 min of 16 kHz 16-bit mono WAV is ~55 MiB; 64 MiB leaves room for the rest.
+    max_message_mb: float = 64.0
+    grace: float = 10.0  # seconds to drain in-flight RPCs on shutdown
+    port_file: str | None = None  # written with the bound port once listening
+
+    @property
+    def max_message_bytes(self) -> int:
+        return int(self.max_message_mb * MIB)
+
+
+class Server:
+    """A started server: `start()`, then `wait_ready()`, then `stop()`."""
+
+    def __init__(self, config: ServerConfig, pipeline: Pipeline | None = None) -> None:
+        self.config = config
+        self._pipeline = pipeline
+        limits = Limits(
+            max_audio_seconds=config.max_audio_seconds,
+            workers=config.workers,
+            max_queue=config.max_queue,
+            max_receive_message_bytes=config.max_message_bytes,
+            max_send_message_bytes=config.max_message_bytes,
+        )
+        self.engine = Engine(limits)
+        self.health = health.aio.HealthServicer()
+        self.port = 0
+        self._grpc = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", config.max_message_bytes),
+                ("grpc.max_send_message_length", config.max_message_bytes),
+            ]
+        )
+        self._loading: asyncio.Task[None] | None = None
+
+    async def start(self) -> int:
+        """Listen (health NOT_SERVING) and start loading the model; return the bound port."""
+        transcriber_pb2_grpc.add_TranscriberServicer_to_server(
+            TranscriberServicer(self.engine), self._grpc
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self._grpc)
+        reflection.enable_server_reflection(
+            (TRANSCRIBER, HEALTH, reflection.SERVICE_NAME), self._grpc
+        )
+        await self._set_health(NOT_SERVING)
+        self.port = self._grpc.add_insecure_port(f"{self.config.host}:{self.config.port}")
+        if not self.port:
+            raise OSError(f"cannot listen on {self.config.host}:{self.config.port}")
+        await self._grpc.start()
+        log.info("xattn listening on %s:%d", self.config.host, self.port)
+        if self.config.port_file:
+            tmp = Path(self.config.port_file + ".tmp")
+            tmp.write_text(f"{self.port}\n")
+            tmp.replace(self.config.port_file)  # readers never see a half-written file
+        self._loading = asyncio.create_task(self._load())
+        return self.port
+
+    def _load_pipeline(self) -> Pipeline:
+        if self._pipeline is not None:
+            return self._pipeline
+        return load_pipeline(self.config.model, device=self.config.device)
+
+    async def _load(self) -> None:
+        pipe = await self.engine.load(self._load_pipeline)
+        log.info("serving %s (%s on %s)", pipe.name, pipe.compute, pipe.device)
+        await self._set_health(SERVING)
+
+    async def wait_ready(self) -> None:
+        """Wait for the model (raises what loading raised)."""
+        if self._loading is not None:
+            await self._loading
+
+    async def _set_health(self, status: int) -> None:
+        for service in ("", TRANSCRIBER):
+            await self.health.set(service, status)
+
+    async def stop(self, grace: float | None = None) -> None:
+        """NOT_SERVING, refuse new RPCs, drain in-flight ones for `grace` s, then stop."""
+        grace = self.config.grace if grace is None else grace
+        await self.health.enter_graceful_shutdown()
+        if self._loading is not None and not self._loading.done():
+            self._loading.cancel()
+        log.info("draining in-flight RPCs for up to %.1f s", grace)
+        await self._grpc.stop(grace)
+        await self.engine.close()
+        log.info("stopped")
+
+    async def wait_for_termination(self) -> None:
+        await self._grpc.wait_for_termination()
+
+
+async def serve(config: ServerConfig, pipeline: Pipeline | None = None) -> None:
+    """Run until SIGTERM or SIGINT, then drain and return (exit 0)."""
+    server = Server(config, pipeline)
+    await server.start()
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    loading = asyncio.ensure_future(server.wait_ready())
+    stop_wait = asyncio.ensure_future(stopping.wait())
+    await asyncio.wait({loading, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+    if loading.done() and loading.exception() is not None:
+        stop_wait.cancel()
+        await server.stop(0)
+        raise loading.exception()  # type: ignore[misc]
+    await stop_wait
+    log.info("shutdown signal received")
+    await server.stop()

@@ -1,0 +1,135 @@
+"""xattn.v1.Transcriber on grpc.aio: requests in, engine runs, messages out. Nothing else."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+
+import grpc
+
+from model.audio import AudioError, AudioTooLongError
+from model.decoding import OptionsError
+from service import convert
+from service.engine import Engine, NotReady, Overloaded, Run
+from service.rows import row_spec
+from xattn.v1 import transcriber_pb2 as pb
+from xattn.v1 import transcriber_pb2_grpc
+
+try:  # rich error details (google.rpc.RetryInfo) when googleapis-common-protos is installed
+    from google.protobuf import any_pb2, duration_pb2
+    from google.rpc import code_pb2, error_details_pb2, status_pb2
+except ImportError:  # pragma: no cover
+    status_pb2 = None
+
+log = logging.getLogger(__name__)
+
+RETRY_AFTER_KEY = "retry-after-ms"
+Context = grpc.aio.ServicerContext
+Request = pb.TranscribeRequest | pb.StreamTranscribeRequest
+
+
+class ResultTooLarge(RuntimeError):
+    """A Transcribe result over the send limit (ask for fewer rows, or stream)."""
+
+
+def error_status(e: BaseException) -> grpc.StatusCode | None:
+    """The status a request error maps to; None for unexpected ones (INTERNAL)."""
+    if isinstance(e, AudioTooLongError):
+        return grpc.StatusCode.OUT_OF_RANGE
+    if isinstance(e, AudioError | OptionsError):
+        return grpc.StatusCode.INVALID_ARGUMENT
+    if isinstance(e, NotReady):
+        return grpc.StatusCode.UNAVAILABLE
+    if isinstance(e, Overloaded | ResultTooLarge):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED
+    return None
+
+
+def retry_metadata(e: Overloaded) -> tuple[tuple[str, str | bytes], ...]:
+    """`retry-after-ms`, and google.rpc.RetryInfo in grpc-status-details-bin when available."""
+    metadata: list[tuple[str, str | bytes]] = [(RETRY_AFTER_KEY, str(e.retry_after_ms))]
+    if status_pb2 is not None:
+        delay = duration_pb2.Duration()
+        delay.FromMilliseconds(e.retry_after_ms)
+        detail = any_pb2.Any()
+        detail.Pack(error_details_pb2.RetryInfo(retry_delay=delay))
+        status = status_pb2.Status(
+            code=code_pb2.RESOURCE_EXHAUSTED, message=str(e), details=[detail]
+        )
+        metadata.append(("grpc-status-details-bin", status.SerializeToString()))
+    return tuple(metadata)
+
+
+async def abort_for(context: Context, e: BaseException) -> None:
+    """Abort the RPC with the status `e` maps to (logs unexpected errors)."""
+    code = error_status(e)
+    if code is None:
+        log.error("request failed: %r", e)
+        await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}")
+    trailing = retry_metadata(e) if isinstance(e, Overloaded) else ()
+    await context.abort(code, str(e), trailing_metadata=trailing)
+
+
+class TranscriberServicer(transcriber_pb2_grpc.TranscriberServicer):
+    """Thin: validation and shaping live in service.convert, running in service.engine."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    async def GetModelInfo(
+        self, request: pb.GetModelInfoRequest, context: Context
+    ) -> pb.GetModelInfoResponse:
+        try:
+            return convert.model_info(self._engine.pipeline, self._engine.limits)
+        except NotReady as e:
+            await abort_for(context, e)
+            raise  # unreachable: abort raises
+
+    async def Transcribe(
+        self, request: pb.TranscribeRequest, context: Context
+    ) -> pb.TranscribeResponse:
+        try:
+            run = self._start(request, pb.ALIGNMENT_MODE_NONE, stream=False)
+            async with aclosing(run.events()) as events:
+                results = [r async for r in events]  # one: the whole result, after the last event
+            if len(results) != 1:
+                raise RuntimeError(f"the transcription gave {len(results)} results, not 1")
+            response = results[0]
+            response.timings.CopyFrom(convert.timings(run.timings()))
+            size, limit = response.ByteSize(), self._engine.limits.max_send_message_bytes
+            if limit and size > limit:
+                raise ResultTooLarge(
+                    f"the result is {size} bytes, over the {limit} byte message limit: use "
+                    "StreamTranscribe, float16 rows or fewer heads"
+                )
+            return response
+        except Exception as e:
+            await abort_for(context, e)
+            raise
+
+    async def StreamTranscribe(
+        self, request: pb.StreamTranscribeRequest, context: Context
+    ) -> AsyncIterator[pb.StreamTranscribeResponse]:
+        try:
+            run = self._start(request, pb.ALIGNMENT_MODE_MEAN_ALIGNMENT_HEADS, stream=True)
+            async with aclosing(run.events()) as events:
+                async for response in events:
+                    if response.HasField("done"):
+                        response.done.timings.CopyFrom(convert.timings(run.timings()))
+                    yield response
+        except Exception as e:
+            await abort_for(context, e)
+            raise
+
+    def _start(self, request: Request, default_mode: int, stream: bool) -> Run:
+        """Validate everything cheap, then admit (errors: see error_status)."""
+        pipe = self._engine.pipeline
+        rows = row_spec(request.alignment, default_mode, pipe.dims, pipe.alignment_heads)
+        options = convert.decode_options(request.options, return_attention=rows.enabled)
+        pipe.validate(options)
+        load_audio = convert.audio_loader(request.audio, self._engine.limits.max_audio_seconds)
+        shape = (
+            convert.StreamShaper(rows, pipe.tokenizer.eot) if stream else convert.UnaryShaper(rows)
+        )
+        return self._engine.submit(load_audio, options, shape)

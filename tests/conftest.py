@@ -1,0 +1,32 @@
+"""Shared fixtures: paths to the test audio in ../shared/audio beside the repository."""
+
+from pathlib import Path
+
+import pytest
+
+SHARED_AUDIO = Path(__file__).resolve().parents[1].parent / "shared" / "audio"
+
+
+def _shared(name: str) -> Path:
+    path = SHARED_AUDIO / name
+    if not path.is_file():
+        pytest.skip(f"shared test audio missing: {path}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def shared_audio_dir() -> Path:
+    """The folder ../shared/audio (relative to the repository root)."""
+    return SHARED_AUDIO
+
+
+@pytest.fixture(scope="session")
+def jfk_path() -> Path:
+    """11.0 s, 44.1 kHz, 24-bit stereo FLAC of J. F. Kennedy's "ask not ..."."""
+    return _shared("jfk.flac")
+
+
+@pytest.fixture(scope="session")
+def multilingual_path() -> Path:
+    """60 s, 24 kHz mono MP3: English, then German after 30 s."""
+    return _shared("multilingual.mp3")
