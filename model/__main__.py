@@ -44,8 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     out(f"{'token':>16}  peak frame  time     window of {pipe.dims.n_audio_ctx} frames\n")
     for event in pipe.transcribe(audio, options):
         if isinstance(event, WindowStart):
-            out(f"-- window {event.window} at {event.offset:.2f} s, "
-                f"{event.num_frames} frames of audio, language {event.language}\n")
+            out(
+                f"-- window {event.window} at {event.offset:.2f} s, "
+                f"{event.num_frames} frames of audio, language {event.language}\n"
+            )
         elif isinstance(event, TokenEvent):
             row = event.attention[heads[:, 0], heads[:, 1]].mean(0)  # [1500]
             peak = int(row.argmax())
@@ -59,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         elif isinstance(event, Transcript):
             elapsed = time.perf_counter() - t0
             out(f"\ntext: {event.text.strip()}\n")
-            out(f"{event.duration:.1f} s of audio in {elapsed:.2f} s ({pipe.name}, {pipe.compute})\n")
+            speed = f"{event.duration:.1f} s of audio in {elapsed:.2f} s"
+            out(f"{speed} ({pipe.name}, {pipe.compute})\n")
     return 0
 
 

@@ -39,7 +39,8 @@ N_FRAMES = N_SAMPLES // HOP_LENGTH  # 3000 mel frames in a 30 s window
 MAX_SAMPLE_RATE = 384_000
 MAX_CHANNELS = 32
 _PCM_DTYPES = {"int16": np.dtype("<i2"), "float32": np.dtype("<f4")}
-_SOUNDFILE_FORMATS = frozenset({"WAV", "WAVEX", "RF64", "W64", "FLAC", "OGG", "AIFF", "CAF"})
+# libsndfile reads these exactly (24-bit included); anything else (MP3, AAC, ...) goes to PyAV
+_SOUNDFILE_MAGIC = (b"RIFF", b"RF64", b"riff", b"fLaC", b"OggS", b"FORM", b"caff")
 _MAX_KERNEL = 1_000_000  # cap on the resampler's (in steps x out steps); see _resample
 
 
@@ -59,12 +60,15 @@ def check_audio(audio: np.ndarray) -> np.ndarray:
         raise AudioError(f"audio must be 1-D (mono), got shape {audio.shape}")
     if audio.dtype != np.float32:
         raise AudioError(f"audio must be float32, got {audio.dtype}")
-    if audio.size == 0:
+    return _check_samples(audio)
+
+
+def _check_samples(samples: np.ndarray) -> np.ndarray:
+    if samples.size == 0:
         raise AudioError("audio is empty (0 samples)")
-    bad = audio.size - int(np.count_nonzero(np.isfinite(audio)))
-    if bad:
+    if bad := samples.size - int(np.count_nonzero(np.isfinite(samples))):
         raise AudioError(f"audio contains {bad} non-finite samples (NaN/Inf)")
-    return audio
+    return samples
 
 
 def _check_rate(sample_rate: int) -> int:
@@ -87,12 +91,7 @@ def _resample(mono: np.ndarray, sample_rate: int) -> np.ndarray:
 
 def _to_mono_16k(frames: np.ndarray, sample_rate: int) -> np.ndarray:
     """[n, channels] float samples at ``sample_rate`` -> [m] float32 at 16 kHz, in [-1, 1]."""
-    if frames.size == 0:
-        raise AudioError("audio is empty (0 samples)")
-    bad = frames.size - int(np.count_nonzero(np.isfinite(frames)))
-    if bad:
-        raise AudioError(f"audio contains {bad} non-finite samples (NaN/Inf)")
-    mono = frames.astype(np.float32, copy=False).mean(axis=1, dtype=np.float32)  # [n]
+    mono = _check_samples(frames).mean(axis=1, dtype=np.float32)  # [n]
     if sample_rate != SAMPLE_RATE:
         mono = _resample(np.ascontiguousarray(mono), sample_rate)  # [m]
     return check_audio(np.clip(mono, -1.0, 1.0).astype(np.float32, copy=False))
@@ -108,10 +107,8 @@ def pcm_to_audio(data: bytes, sample_rate: int, encoding: str, channels: int) ->
     dtype = _PCM_DTYPES[encoding]
     frame_size = dtype.itemsize * channels
     if len(data) % frame_size:
-        raise AudioError(
-            f"PCM byte length {len(data)} is not a multiple of the frame size {frame_size} "
-            f"({channels} x {encoding})"
-        )
+        msg = f"PCM byte length {len(data)} is not a multiple of the frame size {frame_size}"
+        raise AudioError(f"{msg} ({channels} x {encoding})")
     frames = np.frombuffer(data, dtype=dtype).reshape(-1, channels)  # [n, channels]
     if encoding == "int16":
         frames = frames.astype(np.float32) / 32768.0
@@ -123,15 +120,13 @@ def _too_long(seconds: float, max_seconds: float, what: str) -> AudioTooLongErro
 
 
 def _decode_soundfile(src: object, max_seconds: float | None) -> np.ndarray | None:
-    """Decode with libsndfile; None when it does not know the format (or it is MP3 etc.)."""
+    """Decode with libsndfile; None when it cannot open the input."""
     try:
         f = sf.SoundFile(src)
     except (sf.LibsndfileError, RuntimeError, TypeError) as e:
         log.debug("soundfile cannot open the audio: %s", e)
         return None
     with f:
-        if f.format not in _SOUNDFILE_FORMATS:
-            return None
         rate = _check_rate(f.samplerate)
         limit = -1
         if max_seconds is not None:
@@ -162,22 +157,32 @@ def _decode_pyav(src: object, max_seconds: float | None) -> np.ndarray:
             if declared > max_seconds:
                 raise _too_long(declared, max_seconds, "declared")
         limit = math.inf if max_seconds is None else max_seconds * rate  # samples
-        to_float = av.AudioResampler(format="fltp")  # sample format only: same layout and rate
         chunks: list[np.ndarray] = []
         n = 0
         try:
             for frame in container.decode(stream):
-                for out in to_float.resample(frame):
-                    chunks.append(out.to_ndarray())  # [channels, samples]
-                    n += out.samples
+                if frame.sample_rate != rate:
+                    raise AudioError(f"sample rate changes mid-stream ({rate} -> {frame.sample_rate} Hz)")
+                chunks.append(_frame_to_mono(frame))  # [samples]
+                n += frame.samples
                 if n > limit:
                     raise _too_long(n / rate, limit / rate, "over")
-            chunks.extend(out.to_ndarray() for out in to_float.resample(None))
         except av.error.FFmpegError as e:
             raise AudioError(f"cannot decode audio: {e.strerror or e}") from e
     if not chunks:
         raise AudioError("audio is empty (0 samples)")
-    return _to_mono_16k(np.concatenate(chunks, axis=1).T, rate)  # [n, channels] -> [m]
+    return _to_mono_16k(np.concatenate(chunks)[:, None], rate)  # [n, 1] -> [m]
+
+
+def _frame_to_mono(frame: av.AudioFrame) -> np.ndarray:
+    """One decoded PyAV frame (any sample format, any layout) -> [samples] float32."""
+    x = frame.to_ndarray()  # planar: [channels, samples]; packed: [1, samples * channels]
+    if not frame.format.is_planar:
+        x = x.reshape(-1, frame.layout.nb_channels).T  # [channels, samples]
+    if x.dtype.kind in "iu":  # integer PCM: full scale is 2^(bits - 1); unsigned is offset
+        half = float(2 ** (8 * x.dtype.itemsize - 1))
+        x = (x.astype(np.float64) - (half if x.dtype.kind == "u" else 0.0)) / half
+    return x.mean(axis=0, dtype=np.float32)  # [samples]
 
 
 def _wav_header_problem(head: bytes) -> str | None:
@@ -215,7 +220,7 @@ def decode_audio(
         raise AudioError("audio is empty (0 bytes)")
     if problem := _wav_header_problem(head):
         raise AudioError(problem)
-    audio = _decode_soundfile(opener(), max_seconds)
+    audio = _decode_soundfile(opener(), max_seconds) if head.startswith(_SOUNDFILE_MAGIC) else None
     return _decode_pyav(opener(), max_seconds) if audio is None else audio
 
 

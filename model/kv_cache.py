@@ -39,8 +39,9 @@ class KVCache:
         n_layer = len(cross.k)
         shape = (n_layer, batch, n_head, n_ctx, d_head)
         self.cross = cross
-        self.self_k = torch.zeros(shape, dtype=k0.dtype, device=k0.device)  # [L, B, H, n_ctx, d_head]
-        self.self_v = torch.zeros(shape, dtype=k0.dtype, device=k0.device)  # [L, B, H, n_ctx, d_head]
+        like = dict(dtype=k0.dtype, device=k0.device)
+        self.self_k = torch.zeros(shape, **like)  # [L, B, H, n_ctx, d_head]
+        self.self_v = torch.zeros(shape, **like)  # [L, B, H, n_ctx, d_head]
         self.length = 0  # rows of self-attention K/V filled so far
         self.n_ctx = n_ctx
 
@@ -48,7 +49,9 @@ class KVCache:
         """A fresh self-attention cache that shares this window's cross-attention K/V."""
         return KVCache(self.cross, self.n_ctx)
 
-    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def append(
+        self, layer: int, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Write the new rows of `layer` and return all rows so far (views, no copy)."""
         t = k.shape[2]  # new tokens
         end = self.length + t

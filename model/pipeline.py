@@ -1,8 +1,8 @@
 """A loaded model ready to transcribe: checkpoint, tokenizer, suppress lists, aligner.
 
-    pipe = load_pipeline("tiny.en")
-    for event in pipe.transcribe(audio, DecodeOptions(return_attention=True)):
-        ...
+pipe = load_pipeline("tiny.en")
+for event in pipe.transcribe(audio, DecodeOptions(return_attention=True)):
+    ...
 """
 
 from __future__ import annotations
@@ -71,10 +71,15 @@ class Pipeline:
         for t in options.temperatures:
             if not (0.0 <= t <= 10.0) or t != t:
                 raise OptionsError(f"temperature {t} is outside [0, 10]")
-        if options.sample_len is not None and not 0 < options.sample_len <= self.dims.n_text_ctx // 2:
+        if (
+            options.sample_len is not None
+            and not 0 < options.sample_len <= self.dims.n_text_ctx // 2
+        ):
             raise OptionsError(f"sample_len must be in 1..{self.dims.n_text_ctx // 2}")
 
-    def transcribe(self, audio: np.ndarray, options: DecodeOptions | None = None) -> Iterator[Event]:
+    def transcribe(
+        self, audio: np.ndarray, options: DecodeOptions | None = None
+    ) -> Iterator[Event]:
         """Events of the transcription of 16 kHz mono float32 `audio` (see model.transcribe)."""
         options = options or DecodeOptions()
         self.validate(options)

@@ -135,4 +135,3 @@ class Tokenizer:
                 if len(tokens) == 1 or symbol in miscellaneous:
                     result.add(tokens[0])
         return tuple(sorted(result))
-

@@ -93,26 +93,40 @@ def split_segments(
         duration = segment_size * HOP_LENGTH / SAMPLE_RATE
         if stamps and stamps[-1] != ts_begin:
             duration = (stamps[-1] - ts_begin) * TIME_PRECISION
-        return [Piece(time_offset, time_offset + duration, tuple(tokens))], segment_size, single_ending
+        return (
+            [Piece(time_offset, time_offset + duration, tuple(tokens))],
+            segment_size,
+            single_ending,
+        )
     pieces, last = [], 0
     for cut in consecutive + ([len(tokens)] if single_ending else []):
         piece = tokens[last:cut]
         start = time_offset + (piece[0] - ts_begin) * TIME_PRECISION
-        pieces.append(Piece(start, time_offset + (piece[-1] - ts_begin) * TIME_PRECISION, tuple(piece)))
+        pieces.append(
+            Piece(start, time_offset + (piece[-1] - ts_begin) * TIME_PRECISION, tuple(piece))
+        )
         last = cut
     advance = segment_size if single_ending else (tokens[last - 1] - ts_begin) * INPUT_STRIDE
     return pieces, advance, single_ending
 
 
 def decode_with_fallback(
-    ctx: Context, features: torch.Tensor, cache: KVCache, initial: tuple[int, ...],
-    rules: LogitRules, options: DecodeOptions, window: int, token_index: int,
+    ctx: Context,
+    features: torch.Tensor,
+    cache: KVCache,
+    initial: tuple[int, ...],
+    rules: LogitRules,
+    options: DecodeOptions,
+    window: int,
+    token_index: int,
 ) -> Generator[TokenEvent | WindowDiscarded, None, tuple[WindowResult, int]]:
     """Decode a window at each temperature until one attempt passes the thresholds."""
     tok = ctx.tokenizer
     sot_index = initial.index(tok.sot)
     for i, t in enumerate(options.temperatures):
-        steps = decode_window(ctx.model, features, cache, tok, initial, sot_index, rules, t, options)
+        steps = decode_window(
+            ctx.model, features, cache, tok, initial, sot_index, rules, t, options
+        )
         while True:
             try:
                 step = next(steps)
@@ -122,7 +136,9 @@ def decode_with_fallback(
             pos = step.token - tok.timestamp_begin
             stamp = pos * TIME_PRECISION if pos >= 0 else None
             text = tok.token_text(step.token)
-            yield TokenEvent(token_index, step.token, text, step.logprob, window, t, stamp, step.attention)
+            yield TokenEvent(
+                token_index, step.token, text, step.logprob, window, t, stamp, step.attention
+            )
             token_index += 1
         reason = needs_fallback(result, options)
         if reason is None or i == len(options.temperatures) - 1:
@@ -210,10 +226,18 @@ def transcribe(ctx: Context, audio: np.ndarray, options: DecodeOptions) -> Itera
             if piece.start == piece.end or not text.strip():
                 text, seg_tokens, piece_words, piece_timings = "", (), (), ()
             segment = Segment(
-                id=len(segments), window=window, seek=window_seek, start=piece.start,
-                end=piece.end, text=text, tokens=seg_tokens, temperature=result.temperature,
-                avg_logprob=result.avg_logprob, compression_ratio=result.compression_ratio,
-                no_speech_prob=result.no_speech_prob, words=tuple(piece_words),
+                id=len(segments),
+                window=window,
+                seek=window_seek,
+                start=piece.start,
+                end=piece.end,
+                text=text,
+                tokens=seg_tokens,
+                temperature=result.temperature,
+                avg_logprob=result.avg_logprob,
+                compression_ratio=result.compression_ratio,
+                no_speech_prob=result.no_speech_prob,
+                words=tuple(piece_words),
                 token_timings=tuple(piece_timings),
             )
             segments.append(segment)

@@ -159,7 +159,8 @@ class TextDecoder(nn.Module):
         every layer's pre-softmax cross-attention scores [B, H, T, 1500]."""
         offset = cache.length
         t = tokens.shape[-1]
-        x = self.token_embedding(tokens) + self.positional_embedding[offset : offset + t]  # [B, T, d]
+        positions = self.positional_embedding[offset : offset + t]  # [T, d]
+        x = self.token_embedding(tokens) + positions  # [B, T, d]
         all_scores = []
         for layer, block in enumerate(self.blocks):
             x, scores = block(x, cache, layer, need_scores)

@@ -45,7 +45,9 @@ class WordAligner:
         language: str,
         time_offset: float,
         last_speech: float,
-    ) -> tuple[list[Piece], list[tuple[WordTiming, ...]], list[tuple[TokenTiming, ...]], float | None]:
+    ) -> tuple[
+        list[Piece], list[tuple[WordTiming, ...]], list[tuple[TokenTiming, ...]], float | None
+    ]:
         """Pieces with snapped bounds, their words and token timings, and the new last speech
         time (None when the window has no segments)."""
         tok = self.tokenizer
@@ -68,7 +70,9 @@ class WordAligner:
             decode_with_timestamps=tok.decode_with_timestamps,
             eot=tok.eot,
         )
-        segments = [SegmentTokens(p.start, p.end, tuple(t)) for p, t in zip(pieces, per_piece)]
+        segments = [
+            SegmentTokens(p.start, p.end, tuple(t)) for p, t in zip(pieces, per_piece, strict=True)
+        ]
         timed, last_end = add_word_timestamps(
             segments, words, time_offset=time_offset, last_speech_timestamp=last_speech
         )
@@ -76,9 +80,9 @@ class WordAligner:
         timings = [
             tuple(
                 TokenTiming(t, round(time_offset + float(s), 2), round(time_offset + float(e), 2))
-                for t, s, e in zip(text_tokens[lo:hi], starts[lo:hi], ends[lo:hi])
+                for t, s, e in zip(text_tokens[lo:hi], starts[lo:hi], ends[lo:hi], strict=True)
             )
-            for lo, hi in zip(bounds[:-1], bounds[1:])
+            for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)
         ]
-        pieces = [replace(p, start=t.start, end=t.end) for p, t in zip(pieces, timed)]
+        pieces = [replace(p, start=t.start, end=t.end) for p, t in zip(pieces, timed, strict=True)]
         return pieces, [t.words for t in timed], timings, last_end

@@ -74,7 +74,7 @@ def test_cached_decoding_equals_recomputing(jfk_path) -> None:
     full = run("tiny.en", audio, return_attention=True, use_cache=False)
     full = [e for e in full if isinstance(e, TokenEvent)]
     assert [e.id for e in cached] == [e.id for e in full]
-    diff = max(np.abs(a.attention - b.attention).max() for a, b in zip(cached, full))
+    diff = max(np.abs(a.attention - b.attention).max() for a, b in zip(cached, full, strict=True))
     assert diff < 1e-5
 
 

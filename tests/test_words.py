@@ -16,7 +16,9 @@ CASES = [("tiny.en", "jfk.flac"), ("base", "jfk.flac"), ("base", "multilingual.m
 def test_words_match_openai(name: str, clip: str, shared_audio_dir) -> None:
     path = str(shared_audio_dir / clip)
     ref = reference_transcribe(name, path, True)
-    events = list(pipeline(name).transcribe(decode_audio(path), DecodeOptions(word_timestamps=True)))
+    events = list(
+        pipeline(name).transcribe(decode_audio(path), DecodeOptions(word_timestamps=True))
+    )
     ours = [e for e in events if isinstance(e, Segment)]
     assert [list(s.tokens) for s in ours] == [s["tokens"] for s in ref["segments"]]
     ref_words = [w for s in ref["segments"] for w in s["words"]]
