@@ -151,22 +151,21 @@ def _decode_pyav(src: object, max_seconds: float | None) -> np.ndarray:
         if not container.streams.audio:
             raise AudioError("no audio stream in the input")
         stream = container.streams.audio[0]
-        rate = _check_rate(stream.codec_context.sample_rate or 0)
         if max_seconds is not None and container.duration is not None:
             declared = container.duration / av.time_base
             if declared > max_seconds:
                 raise _too_long(declared, max_seconds, "declared")
-        limit = math.inf if max_seconds is None else max_seconds * rate  # samples
         chunks: list[np.ndarray] = []
-        n = 0
+        rate = n = 0
         try:
             for frame in container.decode(stream):
-                if frame.sample_rate != rate:
-                    raise AudioError(f"sample rate changes mid-stream ({rate} -> {frame.sample_rate} Hz)")
+                if chunks and frame.sample_rate != rate:
+                    raise AudioError(f"sample rate changes mid-stream: {frame.sample_rate} Hz")
+                rate = _check_rate(frame.sample_rate)
                 chunks.append(_frame_to_mono(frame))  # [samples]
                 n += frame.samples
-                if n > limit:
-                    raise _too_long(n / rate, limit / rate, "over")
+                if max_seconds is not None and n / rate > max_seconds:
+                    raise _too_long(n / rate, max_seconds, "over")
         except av.error.FFmpegError as e:
             raise AudioError(f"cannot decode audio: {e.strerror or e}") from e
     if not chunks:

@@ -76,7 +76,8 @@ class CrossAttention(nn.Module):
 
     def project_kv(self, audio_features: Tensor) -> tuple[Tensor, Tensor]:
         k, v = self.kv(audio_features).chunk(2, dim=-1)  # 2 × [B, 1500, d]
-        return split_heads(k, self.n_head), split_heads(v, self.n_head)  # [B, H, 1500, d_k]
+        k, v = split_heads(k, self.n_head), split_heads(v, self.n_head)  # [B, H, 1500, d_k]
+        return k.contiguous(), v.contiguous()  # dense: every token reads them
 
     def forward(
         self, x: Tensor, k: Tensor, v: Tensor, need_scores: bool

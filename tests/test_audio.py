@@ -10,6 +10,8 @@ import pytest
 import soundfile as sf
 import torch
 import whisper.audio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from model.audio import (
     N_FRAMES,
@@ -148,6 +150,16 @@ def test_formats_decode_to_16k(rate: int, channels: int, fmt: str, subtype: str)
     assert abs(np.abs(audio).max() - 0.5) < 0.05
 
 
+@pytest.mark.parametrize("subtype", ["PCM_S8", "PCM_16", "PCM_24", "PCM_32", "FLOAT"])
+def test_pyav_path_sample_formats(subtype: str) -> None:
+    # AU (Sun .snd) is not one of the soundfile-first formats, so PyAV decodes it: packed,
+    # big-endian, signed/unsigned integer or float samples.
+    frames = _tone(SAMPLE_RATE, 2)
+    frames[:, 1] = 0.0
+    audio = decode_audio(_encode(frames, SAMPLE_RATE, "AU", subtype))
+    np.testing.assert_allclose(audio, frames.mean(axis=1), atol=1 / 64)
+
+
 def test_stereo_24bit_is_exact_and_averaged() -> None:
     frames = np.zeros((1600, 2), np.float32)
     frames[:, 0] = 0.5
@@ -178,6 +190,19 @@ def test_random_bytes() -> None:
 def test_truncated_flac(jfk_path: Path) -> None:
     with pytest.raises(AudioError, match="cannot decode audio"):
         decode_audio(jfk_path.read_bytes()[:1000])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    prefix=st.sampled_from([b"", b"RIFF\x24\x00\x00\x00WAVEfmt ", b"fLaC", b"OggS", b"ID3\x03"]),
+    tail=st.binary(max_size=600),
+)
+def test_garbage_raises_only_audio_error(prefix: bytes, tail: bytes) -> None:
+    try:
+        audio = decode_audio(prefix + tail)
+    except AudioError:
+        return
+    check_audio(audio)  # whatever decodes must be valid audio
 
 
 def test_missing_file(tmp_path: Path) -> None:
@@ -248,6 +273,21 @@ def test_pcm_resamples(rate: int) -> None:
     audio = pcm_to_audio(pcm, rate, "int16", 2)
     assert abs(len(audio) - 2 * SAMPLE_RATE) <= 2
     assert abs(_peak_hz(audio) - 440.0) < 2.0
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    rate=st.integers(1, 384_000),
+    channels=st.integers(1, 4),
+    samples=st.lists(st.integers(-32768, 32767), min_size=4, max_size=2000),
+)
+def test_pcm_any_rate(rate: int, channels: int, samples: list[int]) -> None:
+    n = len(samples) // channels * channels
+    pcm = np.array(samples[:n], "<i2").tobytes()
+    audio = pcm_to_audio(pcm, rate, "int16", channels)
+    expected = n // channels * SAMPLE_RATE / rate
+    assert abs(len(audio) - expected) <= 1 + expected * 1e-3
+    assert np.abs(audio).max() <= 1.0
 
 
 @pytest.mark.parametrize(
