@@ -136,7 +136,8 @@ def _decode_soundfile(src: object, max_seconds: float | None) -> np.ndarray | No
         try:
             frames = f.read(frames=limit, dtype="float32", always_2d=True)  # [n, channels]
         except sf.LibsndfileError as e:
-            raise AudioError(f"cannot decode audio: {e.error_string}") from e
+            why = e.error_string.removeprefix("Error : ")
+            raise AudioError(f"cannot decode audio: {why}") from e
     if max_seconds is not None and len(frames) >= limit:
         raise _too_long(len(frames) / rate, max_seconds, "over")
     return _to_mono_16k(frames, rate)
@@ -225,15 +226,9 @@ def decode_audio(
 
 @lru_cache(maxsize=16)
 def _mel_filters(n_mels: int, device: torch.device) -> torch.Tensor:
-    fb = AF.melscale_fbanks(
-        n_freqs=N_FFT // 2 + 1,
-        f_min=0.0,
-        f_max=SAMPLE_RATE / 2,
-        n_mels=n_mels,
-        sample_rate=SAMPLE_RATE,
-        norm="slaney",
-        mel_scale="slaney",
-    )  # [n_freqs, n_mels]
+    fb = AF.melscale_fbanks(  # [n_freqs, n_mels]
+        N_FFT // 2 + 1, 0.0, SAMPLE_RATE / 2, n_mels, SAMPLE_RATE, norm="slaney", mel_scale="slaney"
+    )
     return fb.T.contiguous().to(device)  # [n_mels, n_freqs]
 
 

@@ -82,6 +82,7 @@ class LogitRules:
     timestamp_begin: int
     no_timestamps: int
     max_initial_timestamp_index: int | None
+    timestamps: bool = True  # False: text only (the sequence holds <|notimestamps|>)
 
     def apply(self, logits: torch.Tensor, tokens: list[int]) -> None:
         """Mask `logits` [n_vocab] in place, given every token so far."""
@@ -91,6 +92,9 @@ class LogitRules:
             logits[self.suppress_blank] = -math.inf
         logits[self.suppress] = -math.inf
         logits[self.no_timestamps] = -math.inf
+        if not self.timestamps:
+            logits[ts:] = -math.inf
+            return
         # timestamps come in pairs, except directly before end-of-text
         last_ts = len(sampled) >= 1 and sampled[-1] >= ts
         penultimate_ts = len(sampled) < 2 or sampled[-2] >= ts

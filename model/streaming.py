@@ -1,0 +1,230 @@
+"""Live recognition: audio arrives as it is spoken; tokens are committed once they are decided.
+
+The policy (AlignAtt with local agreement), run each time `feed` brings new audio:
+1. The buffer (audio since `buffer_offset`, at most `max_buffer` s) is re-encoded as one 30 s
+   window. Whisper's encoder cannot run on the new audio alone: every frame attends to every
+   other, positions are absolute and the log-mel is normalised by the buffer's maximum, so a
+   new sample changes every frame. The encoder's cost per decode is the price (measured in
+   benchmarks/streaming.py).
+2. The decoder continues after the text already committed in this buffer (forced as a
+   prefix) and the text committed before it (the prompt), greedy, without timestamps.
+3. A new token is committed when its cross-attention peak (mean over the alignment heads) lies
+   more than `commit_margin` seconds before the newest audio: the decoder has stopped looking
+   at the edge, so more audio will not change it. A token the previous decode proposed at the
+   same place is committed too (local agreement), when `agreement` is on. Commits stop at the
+   first token that fails both, and never split a word.
+4. When the buffer grows past `max_buffer`, it slides to the end of the last committed word;
+   the committed text moves into the prompt.
+`finish` decodes what is left and commits everything. Finals are never revised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from model.alignment import find_alignment, token_probabilities
+from model.audio import N_FRAMES, N_SAMPLES, SAMPLE_RATE, log_mel_spectrogram, pad_or_trim
+from model.decoding import DecodeOptions, LogitRules, decode_window, detect_language
+from model.results import FRAMES_PER_SECOND, WordTiming
+from model.transcribe import Context
+
+
+@dataclass(frozen=True)
+class LiveOptions:
+    language: str | None = None  # None: "en", or detected on the first decode (multilingual)
+    commit_margin: float = 0.4  # seconds: attention this close to the newest audio waits
+    agreement: bool = True  # also commit what two successive decodes agree on
+    min_step: float = 0.3  # seconds of new audio before decoding again
+    max_buffer: float = 25.0  # seconds: slide the buffer before the 30 s window fills
+    return_attention: bool = True
+
+
+@dataclass(frozen=True)
+class LiveToken:
+    id: int
+    text: str
+    logprob: float
+    peak_time: float  # stream clock: where its attention peaked
+    attention: np.ndarray | None = field(default=None, repr=False, compare=False)  # [L, H, 1500]
+
+
+@dataclass(frozen=True)
+class LiveResult:
+    is_final: bool
+    tokens: tuple[LiveToken, ...]
+    text: str
+    stability: float  # interim: share of its tokens the previous decode proposed too
+    buffer_offset: float  # stream time of frame 0 of the window the rows refer to
+    audio_seconds: float  # audio received when this was decided
+    words: tuple[WordTiming, ...] = ()  # finals: stream clock
+
+
+class LiveTranscriber:
+    """Feed PCM (16 kHz mono float32); get interim and final results."""
+
+    def __init__(self, ctx: Context, heads: tuple[tuple[int, int], ...], options: LiveOptions):
+        self.ctx, self.options = ctx, options
+        self.heads = np.array(heads)  # [n_heads, 2]
+        self.audio = np.zeros(0, dtype=np.float32)
+        self.offset = 0  # sample where the buffer starts
+        self.prompt: list[int] = []  # committed before the buffer
+        self.committed: list[LiveToken] = []  # committed inside the buffer
+        self.previous: list[int] = []  # the last decode's uncommitted hypothesis
+        self.decoded_at = 0  # samples received at the last decode
+        self.language = options.language or (None if ctx.tokenizer.multilingual else "en")
+        self.finals: list[LiveResult] = []
+
+    @property
+    def received(self) -> float:
+        return len(self.audio) / SAMPLE_RATE
+
+    def feed(self, audio: np.ndarray) -> list[LiveResult]:
+        self.audio = np.concatenate([self.audio, audio.astype(np.float32)])
+        if len(self.audio) - self.decoded_at < self.options.min_step * SAMPLE_RATE:
+            return []
+        return list(self._step(final=False))
+
+    def finish(self) -> list[LiveResult]:
+        return list(self._step(final=True)) if len(self.audio) > self.offset else []
+
+    def _step(self, final: bool) -> Iterator[LiveResult]:
+        self.decoded_at = len(self.audio)
+        hypothesis = self._decode()
+        if final:  # tokens looking past the end of the audio are guesses about the padding
+            beyond = [i for i, t in enumerate(hypothesis) if t.peak_time > self.received + 0.1]
+            hypothesis = hypothesis[: beyond[0]] if beyond else hypothesis
+        n = len(hypothesis) if final else self._commit_count(hypothesis)
+        if n:
+            yield self._finalise(hypothesis[:n])
+        rest = hypothesis[n:]
+        if rest and not final:
+            agreed = sum(1 for a, b in zip(rest, self.previous, strict=False) if a.id == b)
+            yield LiveResult(
+                is_final=False,
+                tokens=tuple(rest),
+                text=self.ctx.tokenizer.decode([t.id for t in rest]),
+                stability=agreed / len(rest),
+                buffer_offset=self.offset / SAMPLE_RATE,
+                audio_seconds=self.received,
+            )
+        self.previous = [t.id for t in rest]
+        if not final and (len(self.audio) - self.offset) / SAMPLE_RATE > self.options.max_buffer:
+            self._slide()
+
+    def _decode(self) -> list[LiveToken]:
+        ctx, tok, model = self.ctx, self.ctx.tokenizer, self.ctx.model
+        buffer = self.audio[self.offset :]
+        mel = log_mel_spectrogram(buffer, model.dims.n_mels, padding=N_SAMPLES)
+        content = min(N_FRAMES, mel.shape[-1] - N_FRAMES)
+        mel = pad_or_trim(mel[:, :content], N_FRAMES)[None]  # [1, n_mels, 3000]
+        with torch.inference_mode():
+            features = model.encoder(mel.to(model.device))  # [1, 1500, d]
+            if self.language is None:
+                self.language, _ = detect_language(model, features, tok)
+            cache = model.new_cache(features)
+            self._cache, self._frames = cache, content // 2
+            sot = (*tok.sot_sequence(self.language), tok.no_timestamps)
+            prompt = self.prompt[-(model.dims.n_text_ctx // 2 - 1) :]
+            initial = (*((tok.sot_prev, *prompt) if prompt else ()), *sot)
+            initial = (*initial, *(t.id for t in self.committed))
+            rules = LogitRules(
+                sample_begin=len(initial),
+                suppress=torch.tensor(ctx.suppress),
+                suppress_blank=torch.tensor(ctx.suppress_blank),
+                eot=tok.eot,
+                timestamp_begin=tok.timestamp_begin,
+                no_timestamps=tok.no_timestamps,
+                max_initial_timestamp_index=None,
+                timestamps=False,
+            )
+            room = model.dims.n_text_ctx - len(initial) - 1
+            options = DecodeOptions(return_attention=True, sample_len=max(1, min(room, 224)))
+            steps = decode_window(
+                model, features, cache, tok, initial, initial.index(tok.sot), rules, 0.0, options
+            )
+            tokens = []
+            while True:
+                try:
+                    step = next(steps)
+                except StopIteration as stop:
+                    result = stop.value
+                    break
+                if step.token == tok.eot:
+                    continue
+                row = step.attention[self.heads[:, 0], self.heads[:, 1]].mean(0)  # [1500]
+                peak = (self.offset / SAMPLE_RATE) + float(row.argmax()) / FRAMES_PER_SECOND
+                keep = step.attention if self.options.return_attention else None
+                text = tok.token_text(step.token)
+                tokens.append(LiveToken(step.token, text, step.logprob, peak, keep))
+        if result.no_speech_prob > 0.6 and result.avg_logprob < -1.0:
+            return []  # silence, by openai-whisper's rule
+        return tokens
+
+    def _commit_count(self, hypothesis: list[LiveToken]) -> int:
+        edge = self.received - self.options.commit_margin
+        n = 0
+        for i, t in enumerate(hypothesis):
+            agreed = self.options.agreement and i < len(self.previous) and self.previous[i] == t.id
+            if not (t.peak_time < edge or agreed):
+                break
+            n = i + 1
+        while 0 < n < len(hypothesis) and not self._starts_word(hypothesis[n]):
+            n -= 1  # never end a commit inside a word
+        return n
+
+    def _starts_word(self, token: LiveToken) -> bool:
+        return token.text[:1] in (" ", "") or not token.text[:1].isalnum()
+
+    def _finalise(self, tokens: list[LiveToken]) -> LiveResult:
+        before = len(self.committed)
+        self.committed.extend(tokens)
+        words = self._words(before)
+        return LiveResult(
+            is_final=True,
+            tokens=tuple(tokens),
+            text=self.ctx.tokenizer.decode([t.id for t in tokens]),
+            stability=1.0,
+            buffer_offset=self.offset / SAMPLE_RATE,
+            audio_seconds=self.received,
+            words=words,
+        )
+
+    def _words(self, first_new: int) -> tuple[WordTiming, ...]:
+        """Words of the committed tokens from index `first_new` on, timed by DTW over the
+        buffer's alignment heads (stream clock)."""
+        tok = self.ctx.tokenizer
+        text = [t.id for t in self.committed]
+        prefix = [*tok.sot_sequence(self.language), tok.no_timestamps]
+        with torch.inference_mode():
+            logits, scores = self.ctx.aligner.scores(self._cache, [*prefix, *text, tok.eot])
+        probs = token_probabilities(logits, n_prefix=len(prefix), text_tokens=text, eot=tok.eot)
+        words, _, _ = find_alignment(
+            scores,
+            num_frames=max(1, self._frames),
+            n_prefix=len(prefix),
+            text_tokens=text,
+            text_token_probs=probs,
+            language=self.language,
+            decode_with_timestamps=tok.decode_with_timestamps,
+            eot=tok.eot,
+        )
+        offset, out, seen = self.offset / SAMPLE_RATE, [], 0
+        for w in words:
+            if seen >= first_new and w.word:
+                start, end = round(offset + w.start, 2), round(offset + w.end, 2)
+                out.append(WordTiming(w.word, start, end, w.probability, w.tokens))
+            seen += len(w.tokens)
+        return tuple(out)
+
+    def _slide(self) -> None:
+        """Move the buffer's start to the end of the last committed word."""
+        words = self._words(0) if self.committed else ()
+        end = words[-1].end if words else self.received - self.options.commit_margin
+        self.offset = min(len(self.audio), max(self.offset, int(end * SAMPLE_RATE)))
+        self.prompt.extend(t.id for t in self.committed)
+        self.committed = []
+        self.previous = []
