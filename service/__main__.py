@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 from service.server import ServerConfig, serve
 
+log = logging.getLogger("service")
 DEFAULTS = ServerConfig()
 
 
@@ -83,7 +84,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    asyncio.run(serve(config_from_args(args)))
+    try:
+        asyncio.run(serve(config_from_args(args)))
+    except (ValueError, OSError) as e:  # a model that cannot load, a port that cannot bind
+        log.error("cannot serve: %s", e)
+        return 1
     return 0
 
 

@@ -70,6 +70,7 @@ class Server:
             options=[
                 ("grpc.max_receive_message_length", config.max_message_bytes),
                 ("grpc.max_send_message_length", config.max_message_bytes),
+                ("grpc.so_reuseport", 0),  # a port in use is an error, not a shared port
             ]
         )
         self._loading: asyncio.Task[None] | None = None
@@ -84,9 +85,13 @@ class Server:
             (TRANSCRIBER, HEALTH, reflection.SERVICE_NAME), self._grpc
         )
         await self._set_health(NOT_SERVING)
-        self.port = self._grpc.add_insecure_port(f"{self.config.host}:{self.config.port}")
+        address = f"{self.config.host}:{self.config.port}"
+        try:
+            self.port = self._grpc.add_insecure_port(address)
+        except RuntimeError as e:  # grpc: "Failed to bind to address ..."
+            raise OSError(f"cannot listen on {address}: {e}") from e
         if not self.port:
-            raise OSError(f"cannot listen on {self.config.host}:{self.config.port}")
+            raise OSError(f"cannot listen on {address}")
         await self._grpc.start()
         log.info("xattn listening on %s:%d", self.config.host, self.port)
         if self.config.port_file:

@@ -1,0 +1,132 @@
+"""What gRPC costs: the same clip in-process vs StreamTranscribe, then load at 1/4/8 streams.
+
+    python -m benchmarks.service [--clip ../shared/audio/jfk.flac] [--workers 2]
+
+1. Overhead: the median wall time of `pipeline.transcribe` (file bytes decoded, every
+   token's attention computed) against a StreamTranscribe of the same bytes through a real
+   server and channel with float16 rows of the mean alignment head (target ratio < 1.1).
+2. Load: C client threads each send StreamTranscribe requests back to back; throughput
+   (requests/s, audio seconds per second), p50/p99 latency to `done`, and p50 time to the
+   first token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+import numpy as np
+
+from model.audio import decode_audio
+from model.decoding import DecodeOptions
+from model.pipeline import Pipeline, load_pipeline
+from service.background import BackgroundServer
+from service.server import ServerConfig
+from xattn.v1 import transcriber_pb2 as pb
+from xattn.v1 import transcriber_pb2_grpc
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CLIP = ROOT.parent / "shared" / "audio" / "jfk.flac"
+
+
+def in_process(pipe: Pipeline, data: bytes) -> float:
+    t0 = time.perf_counter()
+    audio = decode_audio(data)
+    for _ in pipe.transcribe(audio, DecodeOptions(return_attention=True)):
+        pass
+    return time.perf_counter() - t0
+
+
+def streamed(stub: transcriber_pb2_grpc.TranscriberStub, data: bytes) -> tuple[float, float]:
+    """(seconds to done, seconds to the first token) of one StreamTranscribe."""
+    request = pb.StreamTranscribeRequest(
+        audio=pb.Audio(encoded=data),
+        alignment=pb.AlignmentOptions(
+            mode=pb.ALIGNMENT_MODE_MEAN_ALIGNMENT_HEADS, data_type=pb.DATA_TYPE_FLOAT16
+        ),
+    )
+    t0 = time.perf_counter()
+    first = None
+    for response in stub.StreamTranscribe(request, timeout=600):
+        if first is None and response.WhichOneof("event") == "token":
+            first = time.perf_counter() - t0
+    return time.perf_counter() - t0, first or 0.0
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q))
+
+
+def load(stub: transcriber_pb2_grpc.TranscriberStub, data: bytes, streams: int, each: int) -> dict:
+    def client(_: int) -> list[tuple[float, float]]:
+        return [streamed(stub, data) for _ in range(each)]
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(streams) as pool:
+        runs = [r for rs in pool.map(client, range(streams)) for r in rs]
+    wall = time.perf_counter() - t0
+    latencies = [total for total, _ in runs]
+    return {
+        "streams": streams,
+        "requests": len(runs),
+        "wall": wall,
+        "rps": len(runs) / wall,
+        "p50": percentile(latencies, 50),
+        "p99": percentile(latencies, 99),
+        "ttft": percentile([first for _, first in runs], 50),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clip", type=Path, default=DEFAULT_CLIP)
+    parser.add_argument("--model", default="tiny.en")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5, help="runs per side for the ratio")
+    parser.add_argument("--levels", type=int, nargs="+", default=[1, 4, 8])
+    parser.add_argument("--requests", type=int, default=2, help="requests per stream per level")
+    args = parser.parse_args(argv)
+
+    data = args.clip.read_bytes()
+    seconds = len(decode_audio(data)) / 16000
+    pipe = load_pipeline(args.model)
+    pipe.warm_up()
+    config = ServerConfig(port=0, workers=args.workers, max_queue=max(args.levels) * 2)
+    with BackgroundServer(config, pipe) as server, grpc.insecure_channel(server.address) as ch:
+        stub = transcriber_pb2_grpc.TranscriberStub(ch)
+        streamed(stub, data)  # the channel's first call
+        local, remote = [], []
+        for _ in range(args.repeats):  # interleaved, so drift hits both sides alike
+            local.append(in_process(pipe, data))
+            remote.append(streamed(stub, data)[0])
+        rows = [load(stub, data, level, args.requests) for level in args.levels]
+        counters = server.engine.counters()
+
+    base, grpc_s = statistics.median(local), statistics.median(remote)
+    print(
+        f"clip {args.clip.name}: {seconds:.1f} s of audio, model {pipe.name}, "
+        f"{args.workers} workers, {args.repeats} runs each"
+    )
+    print(f"{'path':<28}{'median s':>10}{'min s':>8}")
+    print(f"{'in-process transcribe':<28}{base:>10.3f}{min(local):>8.3f}")
+    print(f"{'gRPC StreamTranscribe f16':<28}{grpc_s:>10.3f}{min(remote):>8.3f}")
+    print(f"overhead ratio (median): {grpc_s / base:.3f}  (target < 1.1)")
+    print()
+    header = ("streams", "requests", "wall s", "req/s", "audio s/s", "p50 s", "p99 s", "ttft s")
+    print("".join(f"{h:>10}" for h in header))
+    for r in rows:
+        print(
+            f"{r['streams']:>10}{r['requests']:>10}{r['wall']:>10.2f}{r['rps']:>10.2f}"
+            f"{r['rps'] * seconds:>10.1f}{r['p50']:>10.2f}{r['p99']:>10.2f}{r['ttft']:>10.2f}"
+        )
+    print(f"engine: {counters}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,201 @@
+"""The alignment inspection page in a real headless Chromium (Debian's, via playwright).
+
+A static page from `xattn transcribe --words --html` and the live page of
+`xattn inspect --serve`, both against a real server. Without a browser these tests skip,
+except under CI=true, where a missing browser is a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_clients import ROOT, start_server, stop_server
+
+from clients.cli import main
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+OUTPUT = Path(__file__).resolve().parent / "output"
+PIXEL_HASH = """() => {
+  const c = document.getElementById("heatmap");
+  const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+  let h = 2166136261, lit = 0;
+  for (let i = 0; i < d.length; i += 4) {
+    h = Math.imul(h ^ d[i] ^ (d[i + 1] << 8) ^ (d[i + 2] << 16), 16777619) >>> 0;
+    if (d[i] + d[i + 1] + d[i + 2] > 90) lit++;
+  }
+  return { hash: h, lit: lit / (d.length / 4) };
+}"""
+
+
+def unavailable(reason: str) -> None:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true and the browser is unavailable: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        unavailable("playwright is not installed")
+    if not Path(CHROMIUM).exists():
+        unavailable(f"no browser at {CHROMIUM} (apt-get install chromium)")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    proc, address = start_server(tmp_path_factory.mktemp("server"))
+    try:
+        yield address
+    finally:
+        stop_server(proc)
+
+
+@pytest.fixture()
+def page(browser: Any) -> Iterator[tuple[Any, list[str]]]:
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        yield pg, errors
+    finally:
+        context.close()
+
+
+def test_static_page(
+    server: str,
+    jfk_path: Path,
+    tmp_path: Path,
+    page: tuple[Any, list[str]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    pg, errors = page
+    html = tmp_path / "jfk.html"
+    argv = [
+        "transcribe",
+        str(jfk_path),
+        "--server",
+        server,
+        "--words",
+        "--json",
+        "--html",
+        str(html),
+    ]
+    assert main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert "http://" not in html.read_text() and "https://" not in html.read_text()
+    pg.goto(html.as_uri())
+    pg.wait_for_function("window.xattn && window.xattn.done")
+    pg.wait_for_function("document.getElementById('audio').readyState >= 1")
+
+    # As many rows as tokens, and the canvas is not blank.
+    n = len(result["tokens"])
+    assert pg.evaluate("xattn.rows") == n
+    assert pg.get_attribute("#heatmap", "data-rows") == str(n)
+    assert len(pg.evaluate("xattn.views")) == 1 + 4 + 24  # mean, 4 layers, 24 heads
+    mean = pg.evaluate(PIXEL_HASH)
+    assert mean["lit"] > 0.05, mean
+
+    # Hover a known cell: the first " country" at its peak frame.
+    tokens = pg.evaluate("xattn.tokens")
+    row = next(i for i, t in enumerate(tokens) if t["text"] == " country")
+    frame = result["tokens"][row]["peak_frame"]
+    assert tokens[row]["peakFrame"] == frame
+    at = pg.evaluate(f"xattn.cellCenter({row}, {frame})")
+    pg.mouse.move(at["x"], at["y"])
+    tip = pg.locator("#tooltip")
+    assert tip.is_visible()
+    assert tip.get_attribute("data-token") == " country"
+    assert tip.get_attribute("data-token-index") == str(result["tokens"][row]["index"])
+    assert tip.get_attribute("data-time") == f"{frame / 50:.2f}"
+    assert "country" in tip.inner_text() and f"{frame / 50:.2f} s" in tip.inner_text()
+
+    # A single head draws a different picture.
+    pg.evaluate("xattn.select('L3H2')")
+    pg.wait_for_function("document.getElementById('heatmap').dataset.view === 'L3H2'")
+    head = pg.evaluate(PIXEL_HASH)
+    assert head["hash"] != mean["hash"] and head["lit"] > 0.01
+    pg.select_option("#view", "mean")
+    pg.wait_for_function("document.getElementById('heatmap').dataset.view === 'mean'")
+
+    # Clicking a token plays from its start (its word's start): the second " ask".
+    ask = [i for i, t in enumerate(tokens) if t["text"] == " ask"][1]
+    start = tokens[ask]["start"]
+    words = [w for s in result["segments"] for w in s["words"]]
+    assert start == words[14]["start"] == result["tokens"][ask]["start"]
+    assert pg.evaluate("xattn.cursorTime") == 0
+    pg.click(f'.tok[data-row="{ask}"]')
+    pg.wait_for_function(f"Math.abs(xattn.cursorTime - {start}) < 0.5")
+    pg.evaluate("document.getElementById('audio').pause()")
+    pg.mouse.move(at["x"], at["y"])  # the tooltip in the screenshot
+
+    OUTPUT.mkdir(exist_ok=True)
+    (OUTPUT / ".gitignore").write_text("*\n")
+    pg.screenshot(path=str(OUTPUT / "inspector.png"), full_page=True)
+    assert errors == []
+
+
+def test_live_page_grows_row_by_row(
+    server: str, jfk_path: Path, page: tuple[Any, list[str]]
+) -> None:
+    pg, errors = page
+    command = [sys.executable, "-m", "clients.cli", "inspect", str(jfk_path)]
+    proc = subprocess.Popen(
+        [*command, "--server", server, "--serve", "--port", "0"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()  # type: ignore[union-attr]
+    try:
+        url = ""
+        while not url:
+            line = lines.get(timeout=30)
+            if "inspector at " in line:
+                url = line.split("inspector at ", 1)[1].split()[0]
+        assert url.startswith("http://127.0.0.1:")
+        pg.goto(url)
+        pg.wait_for_function("window.xattn && window.xattn.done", timeout=60_000)
+        assert pg.evaluate("xattn.error") is None
+        n = pg.evaluate("xattn.rows")
+        assert n == 27  # jfk.flac: 26 segment tokens and the end of text
+        history = pg.evaluate("xattn.history")
+        grown = sorted({rows for _, rows in history})
+        assert len(grown) >= 5 and grown[-1] == n, grown  # drawn while rows arrived
+        assert pg.evaluate("xattn.text") == (
+            " And so my fellow Americans ask not what your country can do for you"
+            " ask what you can do for your country"
+        )
+        assert errors == []
+    finally:
+        proc.terminate()
+        proc.wait(10)
