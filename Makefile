@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml | $(PY)
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m model $(SAMPLE)
+	$(PY) scripts/demo.py $(SAMPLE)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -1,0 +1,295 @@
+"""`xattn`: transcribe a file on an xattn server and show where the model listened.
+
+    xattn transcribe AUDIO [--server HOST:PORT] [--language L] [--words] [--json]
+                           [--png FILE] [--html FILE]
+    xattn inspect AUDIO [--server HOST:PORT] [--out FILE.html] [--serve [--port N] [--open]]
+
+Exit status: 0 done; 2 bad audio file (missing, unreadable, empty), an output that cannot
+be written, or bad usage; 3 server unreachable or not ready; 4 the server answered with an
+error (its gRPC status name and message are shown); 130 interrupted.
+
+`--png out.png` writes one figure per window: `out.png` for one window, `out-1.png`,
+`out-2.png`, ... for several. `--html` and `inspect` ask for every head's rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import webbrowser
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.live import Live
+
+from clients.api import (
+    AudioFileError,
+    Client,
+    ServerError,
+    Unreachable,
+    connect,
+    read_audio,
+)
+from clients.assemble import mean_rows
+from clients.data import Event, Finished, Head, Result
+from clients.render.terminal import LiveView
+
+OK, BAD_FILE, UNREACHABLE, SERVER_ERROR, INTERRUPTED = 0, 2, 3, 4, 130
+DEFAULT_SERVER = "127.0.0.1:50051"
+HINTS = {
+    "INVALID_ARGUMENT": "check the audio file and the options (e.g. --language)",
+    "OUT_OF_RANGE": "the audio is longer than the server accepts; cut it",
+    "RESOURCE_EXHAUSTED": "the server is busy; retry in a moment",
+    "UNIMPLEMENTED": "the server is too old for this client",
+}
+
+
+class Fail(Exception):
+    """Exit with `code` after telling the person `message`."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="xattn",
+        description="Speech to text that shows its cross-attention.",
+        epilog=(__doc__ or "").split("\n\n", 1)[-1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("audio", metavar="AUDIO", help="audio file: wav, flac, mp3, ogg, ...")
+        p.add_argument(
+            "--server",
+            default=os.environ.get("XATTN_SERVER", DEFAULT_SERVER),
+            help=f"HOST:PORT of xattn-server (env XATTN_SERVER; default {DEFAULT_SERVER})",
+        )
+        p.add_argument("--language", help="language code, e.g. en (default: detect)")
+        p.add_argument("--ca", metavar="PEM", help="use TLS, trusting this CA bundle")
+        p.add_argument(
+            "--timeout", type=float, default=5.0, help="seconds to wait for a connection"
+        )
+
+    t = sub.add_parser("transcribe", help="transcribe, with a live attention view")
+    common(t)
+    t.add_argument("--words", action="store_true", help="word timestamps (DTW)")
+    t.add_argument("--json", action="store_true", help="the full result as JSON on stdout")
+    t.add_argument("--png", metavar="FILE", help="heatmap figure(s); FILE-1.png ... per window")
+    t.add_argument("--html", metavar="FILE", help="the self-contained inspection page")
+
+    i = sub.add_parser("inspect", help="the alignment inspection page (file or live server)")
+    common(i)
+    i.add_argument("--out", metavar="FILE.html", help="default: AUDIO's name + .xattn.html")
+    i.add_argument("--serve", action="store_true", help="serve the page live on 127.0.0.1")
+    i.add_argument("--port", type=int, default=0, help="port for --serve (0: a free one)")
+    i.add_argument("--open", action="store_true", help="open the page in a browser")
+    i.add_argument("--no-words", action="store_true", help="skip word timestamps")
+    return parser
+
+
+def check_outputs(*paths: str | None) -> None:
+    """Fail before transcribing when an output's folder does not exist."""
+    for path in paths:
+        if path and not Path(path).resolve().parent.is_dir():
+            raise Fail(BAD_FILE, f"cannot write {path}: its folder does not exist")
+
+
+def open_client(args: argparse.Namespace) -> tuple[bytes, Client]:
+    try:
+        audio = read_audio(args.audio)
+    except AudioFileError as e:
+        raise Fail(BAD_FILE, f"bad audio file: {e}") from e
+    try:
+        client = connect(args.server, ca_file=args.ca, timeout=args.timeout)
+        client.info()
+    except Unreachable as e:
+        raise Fail(UNREACHABLE, unreachable_message(e)) from e
+    except OSError as e:
+        raise Fail(BAD_FILE, f"cannot read the CA bundle: {e}") from e
+    return audio, client
+
+
+def unreachable_message(e: Unreachable) -> str:
+    return (
+        f"cannot reach server at {e.address}: is `xattn-server` running? ({e.detail}; "
+        "set --server HOST:PORT or XATTN_SERVER)"
+    )
+
+
+def server_message(e: ServerError) -> str:
+    hint = HINTS.get(e.code)
+    return f"server error {e.code}: {e.details}" + (f"\n  hint: {hint}" if hint else "")
+
+
+def run_stream(events: Iterator[Event], console: Console, view: LiveView | None) -> Result:
+    """Consume the stream, showing `view` live when given; the Result."""
+    result: Result | None = None
+    if view is None:
+        for event in events:
+            if isinstance(event, Finished):
+                result = event.result
+    else:
+        with Live(view, console=console, refresh_per_second=8, vertical_overflow="visible"):
+            for event in events:
+                view.update(event)
+                if isinstance(event, Finished):
+                    result = event.result
+        if not console.is_terminal:
+            console.line()  # Live ends its last frame with a newline only on terminals
+    if result is None:
+        raise Fail(SERVER_ERROR, "server error: the stream ended without a result")
+    return result
+
+
+def all_heads(client: Client) -> list[Head]:
+    info = client.info()
+    return [(la, h) for la in range(info.n_text_layer) for h in range(info.n_text_head)]
+
+
+def live_view(client: Client, heads: list[Head] | None, audio: bytes, path: str) -> LiveView:
+    info = client.info()
+    return LiveView(info, mean_rows(heads, info.alignment_heads), Path(path).name, len(audio))
+
+
+def transcribe(args: argparse.Namespace, console: Console, err: Console) -> int:
+    check_outputs(args.png, args.html)
+    audio, client = open_client(args)
+    heads = all_heads(client) if args.html else None
+    name = Path(args.audio).name
+    with client:
+        events = client.stream_transcribe(
+            audio, language=args.language, words=args.words, alignment="all" if heads else "mean"
+        )
+        view = None if args.json else live_view(client, heads, audio, args.audio)
+        result = run_stream(events, console, view)
+    notes = err if args.json else console
+    if args.png:
+        from clients.render.png import write_png
+
+        for path in write_png(result, args.png):
+            notes.print(f"wrote {path}")
+    if args.html:
+        from clients.render.html import write_html
+
+        notes.print(f"wrote {write_html(result, args.html, audio, name)}")
+    if args.json:
+        sys.stdout.write(json.dumps(result.to_dict(), ensure_ascii=False, indent=2) + "\n")
+        sys.stdout.flush()
+    return OK
+
+
+def inspect(args: argparse.Namespace, console: Console) -> int:
+    check_outputs(None if args.serve else args.out)
+    audio, client = open_client(args)
+    heads = all_heads(client)
+    if args.serve:
+        return serve_live(args, client, audio, heads, console)
+    out = Path(args.out or f"{Path(args.audio).stem}.xattn.html")
+    with client:
+        events = client.stream_transcribe(
+            audio, language=args.language, words=not args.no_words, alignment="all"
+        )
+        result = run_stream(events, console, live_view(client, heads, audio, args.audio))
+    name = Path(args.audio).name
+    from clients.render.html import write_html
+
+    console.print(f"wrote {write_html(result, out, audio, name)}")
+    return OK
+
+
+def serve_live(
+    args: argparse.Namespace,
+    client: Client,
+    audio: bytes,
+    heads: list[Head] | None,
+    console: Console,
+) -> int:
+    from clients.live import LiveServer
+    from clients.render.html import event_dict, page
+
+    name = Path(args.audio).name
+    html = page(client.info(), heads, [], audio, name, live="/events")
+
+    def events() -> Iterator[str]:
+        console.print("streaming to the page…")
+        stream = client.stream_transcribe(
+            audio, language=args.language, words=not args.no_words, alignment="all"
+        )
+        for event in stream:
+            yield json.dumps(event_dict(event), separators=(",", ":"))
+            if isinstance(event, Finished):
+                console.print(f"[green]done[/]: {event.result.text.strip()}")
+
+    def on_error(e: BaseException) -> str:
+        if isinstance(e, ServerError):
+            code, message = e.code, e.details
+        elif isinstance(e, Unreachable):
+            code, message = "UNAVAILABLE", unreachable_message(e)
+        else:
+            code, message = type(e).__name__, str(e)
+        console.print(f"[red]stream failed[/]: {code}: {message}")
+        return json.dumps({"type": "error", "code": code, "message": message})
+
+    try:
+        server = LiveServer(html, events, on_error, args.port)
+    except OSError as e:
+        raise Fail(BAD_FILE, f"cannot listen on 127.0.0.1:{args.port}: {e.strerror or e}") from e
+    console.print(
+        f"inspector at {server.url} (the transcription starts when it is opened; Ctrl-C stops)",
+        soft_wrap=True,
+        highlight=False,
+    )
+    console.file.flush()
+    if args.open:
+        webbrowser.open(server.url)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        console.print("stopped")
+    finally:
+        server.shutdown()
+        client.close()
+    return OK
+
+
+def main(argv: Sequence[str] | None = None, console: Console | None = None) -> int:
+    """The `xattn` console script; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    err = Console(stderr=True)
+    out = console or Console()
+    try:
+        if args.command == "transcribe":
+            return transcribe(args, out, err)
+        return inspect(args, out)
+    except Fail as e:
+        err.print(f"[red]xattn:[/] {e.message}", highlight=False, soft_wrap=True)
+        return e.code
+    except AudioFileError as e:
+        err.print(f"[red]xattn:[/] bad audio file: {e}", highlight=False, soft_wrap=True)
+        return BAD_FILE
+    except Unreachable as e:
+        err.print(f"[red]xattn:[/] {unreachable_message(e)}", highlight=False, soft_wrap=True)
+        return UNREACHABLE
+    except ServerError as e:
+        err.print(f"[red]xattn:[/] {server_message(e)}", highlight=False, soft_wrap=True)
+        return SERVER_ERROR
+    except OSError as e:  # an output file that cannot be written
+        where = f" {e.filename}" if e.filename else ""
+        message = f"cannot write{where}: {e.strerror or e}"
+        err.print(f"[red]xattn:[/] {message}", highlight=False, soft_wrap=True)
+        return BAD_FILE
+    except KeyboardInterrupt:
+        err.print("[yellow]xattn: interrupted[/]")
+        return INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

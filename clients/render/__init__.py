@@ -1,0 +1,1 @@
+"""Renderers of a transcription's cross-attention: terminal (rich), PNG (matplotlib), HTML."""
