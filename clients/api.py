@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Literal
+from typing import Any, Literal
 
 import grpc
 
@@ -260,14 +260,37 @@ class Client:
         raise ServerError(grpc.StatusCode.UNKNOWN, "the stream ended without `done`")
 
 
+class _BearerToken(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
+    """Adds `authorization: Bearer <token>` to every call."""
+
+    def __init__(self, token: str) -> None:
+        self._entry = ("authorization", f"Bearer {token}")
+
+    def _with_token(self, details: grpc.ClientCallDetails) -> grpc.ClientCallDetails:
+        return details._replace(metadata=(*(details.metadata or ()), self._entry))  # type: ignore[attr-defined]
+
+    def intercept_unary_unary(
+        self, continuation: Callable[..., Any], details: grpc.ClientCallDetails, request: Any
+    ) -> Any:
+        return continuation(self._with_token(details), request)
+
+    def intercept_unary_stream(
+        self, continuation: Callable[..., Any], details: grpc.ClientCallDetails, request: Any
+    ) -> Any:
+        return continuation(self._with_token(details), request)
+
+
 def connect(
     address: str = "127.0.0.1:50051",
     ca_file: str | Path | None = None,
     timeout: float = 5.0,
+    token: str | None = None,
 ) -> Client:
     """Open a channel to `address` (host:port) and wait up to `timeout` s for it to connect.
 
-    With `ca_file` the channel is TLS, trusting that PEM CA bundle. Raises Unreachable.
+    With `ca_file` the channel is TLS, trusting that PEM CA bundle. With `token` every call
+    carries `authorization: Bearer <token>` (servers started with --auth-token). Raises
+    Unreachable.
     """
     options = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
     if ca_file is not None:
@@ -280,4 +303,6 @@ def connect(
     except grpc.FutureTimeoutError as e:
         channel.close()
         raise Unreachable(address, f"no answer within {timeout:g} s") from e
+    if token:
+        channel = grpc.intercept_channel(channel, _BearerToken(token))
     return Client(address, channel)

@@ -75,6 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--language", help="language code, e.g. en (default: detect)")
         p.add_argument("--ca", metavar="PEM", help="use TLS, trusting this CA bundle")
         p.add_argument(
+            "--token",
+            default=os.environ.get("XATTN_AUTH_TOKEN") or None,
+            help="bearer token for a server with --auth-token (env XATTN_AUTH_TOKEN)",
+        )
+        p.add_argument(
             "--timeout", type=float, default=5.0, help="seconds to wait for a connection"
         )
 
@@ -92,6 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--port", type=int, default=0, help="port for --serve (0: a free one)")
     i.add_argument("--open", action="store_true", help="open the page in a browser")
     i.add_argument("--no-words", action="store_true", help="skip word timestamps")
+
+    s = sub.add_parser("stream", help="live recognition: the file fed at real-time pace")
+    common(s)
+    from clients.stream_cli import add_arguments
+
+    add_arguments(s)
     return parser
 
 
@@ -108,7 +119,7 @@ def open_client(args: argparse.Namespace) -> tuple[bytes, Client]:
     except AudioFileError as e:
         raise Fail(BAD_FILE, f"bad audio file: {e}") from e
     try:
-        client = connect(args.server, ca_file=args.ca, timeout=args.timeout)
+        client = connect(args.server, ca_file=args.ca, timeout=args.timeout, token=args.token)
         client.info()
     except Unreachable as e:
         raise Fail(UNREACHABLE, unreachable_message(e)) from e
@@ -268,6 +279,10 @@ def main(argv: Sequence[str] | None = None, console: Console | None = None) -> i
     try:
         if args.command == "transcribe":
             return transcribe(args, out, err)
+        if args.command == "stream":
+            from clients.stream_cli import run
+
+            return run(args, out, err)
         return inspect(args, out)
     except Fail as e:
         err.print(f"[red]xattn:[/] {e.message}", highlight=False, soft_wrap=True)

@@ -42,6 +42,16 @@ _PCM_DTYPES = {"int16": np.dtype("<i2"), "float32": np.dtype("<f4")}
 # libsndfile reads these exactly (24-bit included); anything else (MP3, AAC, ...) goes to PyAV
 _SOUNDFILE_MAGIC = (b"RIFF", b"RF64", b"riff", b"fLaC", b"OggS", b"FORM", b"caff")
 _MAX_KERNEL = 1_000_000  # cap on the resampler's (in steps x out steps); see _resample
+# Decoding budget for untrusted files (with max_seconds): a file may decode to at most
+# max_seconds of stereo 48 kHz worth of values (frames x channels). A few KB of FLAC or Vorbis
+# can declare minutes of 8 channels at 192 kHz (gigabytes of float32); such a file is refused
+# before it is decoded when its header says so, else as soon as decoding passes the budget.
+BUDGET_VALUES_PER_SECOND = 2 * 48_000
+_BLOCK_VALUES = 1 << 18  # values libsndfile decodes per block (1 MiB of float32)
+_SF_UNKNOWN_FRAMES = 1 << 62  # libsndfile reports SF_COUNT_MAX frames for unknown lengths
+# FFmpeg demuxers such as concat, hls or sdp open further URLs named inside the data (local
+# files, sockets): for bytes, no protocol is allowed beyond the bytes handed over.
+_PYAV_OPTIONS = {"protocol_whitelist": "none"}
 
 
 class AudioError(ValueError):
@@ -115,8 +125,38 @@ def pcm_to_audio(data: bytes, sample_rate: int, encoding: str, channels: int) ->
     return _to_mono_16k(frames, sample_rate)
 
 
-def _too_long(seconds: float, max_seconds: float, what: str) -> AudioTooLongError:
+def _check_channels(channels: int) -> int:
+    if not 1 <= channels <= MAX_CHANNELS:
+        raise AudioError(f"invalid channel count {channels} (must be 1..{MAX_CHANNELS})")
+    return channels
+
+
+def _frame_limit(max_seconds: float | None, rate: int, channels: int) -> int | None:
+    """Frames a file may decode to: max_seconds, within the decoding budget (None: any)."""
+    if max_seconds is None:
+        return None
+    budget = max_seconds * BUDGET_VALUES_PER_SECOND / max(1, channels)
+    return math.floor(min(max_seconds * rate, budget))
+
+
+def _too_long(
+    frames: float, rate: int, channels: int, max_seconds: float, what: str
+) -> AudioTooLongError:
+    seconds = frames / rate
+    if seconds <= max_seconds:  # within the time limit, over the decoding budget
+        return AudioTooLongError(
+            f"audio is too long to decode: {what} {seconds:.1f} s of {channels} channels at "
+            f"{rate} Hz; the limit is {max_seconds:g} s of stereo 48 kHz"
+        )
     return AudioTooLongError(f"audio is too long: {what} {seconds:.1f} s, limit {max_seconds:g} s")
+
+
+def _mono_to_16k(chunks: list[np.ndarray], rate: int) -> np.ndarray:
+    """Mono float32 blocks at ``rate`` -> [m] float32 at 16 kHz, in [-1, 1]."""
+    if not chunks:
+        raise AudioError("audio is empty (0 samples)")
+    mono = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)  # [n]
+    return _to_mono_16k(mono[:, None], rate)  # [n, 1] -> [m]
 
 
 def _decode_soundfile(src: object, max_seconds: float | None) -> np.ndarray | None:
@@ -127,35 +167,46 @@ def _decode_soundfile(src: object, max_seconds: float | None) -> np.ndarray | No
         log.debug("soundfile cannot open the audio: %s", e)
         return None
     with f:
-        rate = _check_rate(f.samplerate)
-        limit = -1
-        if max_seconds is not None:
-            if f.frames / rate > max_seconds:
-                raise _too_long(f.frames / rate, max_seconds, "declared")
-            limit = math.floor(max_seconds * rate) + 1
+        rate, channels = _check_rate(f.samplerate), _check_channels(f.channels)
+        limit = _frame_limit(max_seconds, rate, channels)
+        if limit is not None and limit < f.frames < _SF_UNKNOWN_FRAMES:
+            raise _too_long(f.frames, rate, channels, max_seconds or 0, "declared")
+        block = max(1, _BLOCK_VALUES // channels)
+        chunks: list[np.ndarray] = []  # mono blocks: memory is frames x 4 bytes, not x channels
+        n = 0
         try:
-            frames = f.read(frames=limit, dtype="float32", always_2d=True)  # [n, channels]
+            while True:
+                want = block if limit is None else min(block, limit + 1 - n)
+                frames = f.read(frames=want, dtype="float32", always_2d=True)  # [k, channels]
+                if not len(frames):
+                    break
+                chunks.append(frames.mean(axis=1, dtype=np.float32))  # [k]
+                n += len(frames)
+                if limit is not None and n > limit:
+                    raise _too_long(n, rate, channels, max_seconds or 0, "over")
         except sf.LibsndfileError as e:
             why = e.error_string.removeprefix("Error : ")
             raise AudioError(f"cannot decode audio: {why}") from e
-    if max_seconds is not None and len(frames) >= limit:
-        raise _too_long(len(frames) / rate, max_seconds, "over")
-    return _to_mono_16k(frames, rate)
+    return _mono_to_16k(chunks, rate)
 
 
 def _decode_pyav(src: object, max_seconds: float | None) -> np.ndarray:
     try:
-        container = av.open(src, mode="r")
+        options = {"protocol_whitelist": "file"} if isinstance(src, str) else _PYAV_OPTIONS
+        container = av.open(src, mode="r", options=options)
     except av.error.FFmpegError as e:
         raise AudioError(f"cannot decode audio: {e.strerror or e}") from e
     with container:
         if not container.streams.audio:
             raise AudioError("no audio stream in the input")
         stream = container.streams.audio[0]
-        if max_seconds is not None and container.duration is not None:
-            declared = container.duration / av.time_base
-            if declared > max_seconds:
-                raise _too_long(declared, max_seconds, "declared")
+        ctx = stream.codec_context
+        if max_seconds is not None and container.duration is not None and ctx.sample_rate:
+            declared = container.duration / av.time_base * ctx.sample_rate  # frames
+            channels = max(1, ctx.channels)
+            limit = _frame_limit(max_seconds, ctx.sample_rate, channels)
+            if limit is not None and declared > limit:
+                raise _too_long(declared, ctx.sample_rate, channels, max_seconds, "declared")
         chunks: list[np.ndarray] = []
         rate = n = 0
         try:
@@ -163,15 +214,15 @@ def _decode_pyav(src: object, max_seconds: float | None) -> np.ndarray:
                 if chunks and frame.sample_rate != rate:
                     raise AudioError(f"sample rate changes mid-stream: {frame.sample_rate} Hz")
                 rate = _check_rate(frame.sample_rate)
+                channels = _check_channels(frame.layout.nb_channels)
                 chunks.append(_frame_to_mono(frame))  # [samples]
                 n += frame.samples
-                if max_seconds is not None and n / rate > max_seconds:
-                    raise _too_long(n / rate, max_seconds, "over")
+                limit = _frame_limit(max_seconds, rate, channels)
+                if limit is not None and n > limit:
+                    raise _too_long(n, rate, channels, max_seconds or 0, "over")
         except av.error.FFmpegError as e:
             raise AudioError(f"cannot decode audio: {e.strerror or e}") from e
-    if not chunks:
-        raise AudioError("audio is empty (0 samples)")
-    return _to_mono_16k(np.concatenate(chunks)[:, None], rate)  # [n, 1] -> [m]
+    return _mono_to_16k(chunks, rate)
 
 
 def _frame_to_mono(frame: av.AudioFrame) -> np.ndarray:
@@ -204,8 +255,9 @@ def decode_audio(
 ) -> np.ndarray:
     """Decode an audio file (path or its bytes) to 16 kHz mono float32 in [-1, 1].
 
-    With ``max_seconds``, raise AudioTooLongError for longer audio: before decoding when the
-    header declares the duration, else as soon as decoding passes the limit.
+    With ``max_seconds``, raise AudioTooLongError for longer audio, or for audio over the
+    decoding budget (max_seconds of stereo 48 kHz, see BUDGET_VALUES_PER_SECOND): before
+    decoding when the header declares the duration, else as soon as decoding passes the limit.
     """
     if isinstance(source, bytes | bytearray | memoryview):
         data = bytes(source)

@@ -20,6 +20,7 @@ The policy (AlignAtt with local agreement), run each time `feed` brings new audi
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -63,13 +64,23 @@ class LiveResult:
     words: tuple[WordTiming, ...] = ()  # finals: stream clock
 
 
+@dataclass
+class LiveStats:
+    """What the decodes cost so far (wall-clock seconds on the calling thread)."""
+
+    steps: int = 0  # decodes run (each re-encodes the buffer)
+    encode_seconds: float = 0.0  # log-mel and encoder passes
+    step_seconds: float = 0.0  # whole steps: encode, decode, word alignment
+
+
 class LiveTranscriber:
     """Feed PCM (16 kHz mono float32); get interim and final results."""
 
     def __init__(self, ctx: Context, heads: tuple[tuple[int, int], ...], options: LiveOptions):
         self.ctx, self.options = ctx, options
         self.heads = np.array(heads)  # [n_heads, 2]
-        self.audio = np.zeros(0, dtype=np.float32)
+        self.audio = np.zeros(0, dtype=np.float32)  # the stream from sample `base` on
+        self.base = 0  # samples dropped from the front of `audio` (before the buffer)
         self.offset = 0  # sample where the buffer starts
         self.prompt: list[int] = []  # committed before the buffer
         self.committed: list[LiveToken] = []  # committed inside the buffer
@@ -77,22 +88,35 @@ class LiveTranscriber:
         self.decoded_at = 0  # samples received at the last decode
         self.language = options.language or (None if ctx.tokenizer.multilingual else "en")
         self.finals: list[LiveResult] = []
+        self.stats = LiveStats()
+
+    @property
+    def samples(self) -> int:
+        """Samples received so far."""
+        return self.base + len(self.audio)
 
     @property
     def received(self) -> float:
-        return len(self.audio) / SAMPLE_RATE
+        return self.samples / SAMPLE_RATE
 
     def feed(self, audio: np.ndarray) -> list[LiveResult]:
         self.audio = np.concatenate([self.audio, audio.astype(np.float32)])
-        if len(self.audio) - self.decoded_at < self.options.min_step * SAMPLE_RATE:
+        if self.samples - self.decoded_at < self.options.min_step * SAMPLE_RATE:
             return []
-        return list(self._step(final=False))
+        return self._timed(final=False)
 
     def finish(self) -> list[LiveResult]:
-        return list(self._step(final=True)) if len(self.audio) > self.offset else []
+        return self._timed(final=True) if self.samples > self.offset else []
+
+    def _timed(self, final: bool) -> list[LiveResult]:
+        t0 = time.perf_counter()
+        results = list(self._step(final))
+        self.stats.steps += 1
+        self.stats.step_seconds += time.perf_counter() - t0
+        return results
 
     def _step(self, final: bool) -> Iterator[LiveResult]:
-        self.decoded_at = len(self.audio)
+        self.decoded_at = self.samples
         hypothesis = self._decode()
         if final:  # tokens looking past the end of the audio are guesses about the padding
             beyond = [i for i, t in enumerate(hypothesis) if t.peak_time > self.received + 0.1]
@@ -112,17 +136,19 @@ class LiveTranscriber:
                 audio_seconds=self.received,
             )
         self.previous = [t.id for t in rest]
-        if not final and (len(self.audio) - self.offset) / SAMPLE_RATE > self.options.max_buffer:
+        if not final and (self.samples - self.offset) / SAMPLE_RATE > self.options.max_buffer:
             self._slide()
 
     def _decode(self) -> list[LiveToken]:
         ctx, tok, model = self.ctx, self.ctx.tokenizer, self.ctx.model
-        buffer = self.audio[self.offset :]
+        t0 = time.perf_counter()
+        buffer = self.audio[self.offset - self.base :]
         mel = log_mel_spectrogram(buffer, model.dims.n_mels, padding=N_SAMPLES)
         content = min(N_FRAMES, mel.shape[-1] - N_FRAMES)
         mel = pad_or_trim(mel[:, :content], N_FRAMES)[None]  # [1, n_mels, 3000]
         with torch.inference_mode():
             features = model.encoder(mel.to(model.device))  # [1, 1500, d]
+            self.stats.encode_seconds += time.perf_counter() - t0
             if self.language is None:
                 self.language, _ = detect_language(model, features, tok)
             cache = model.new_cache(features)
@@ -224,7 +250,9 @@ class LiveTranscriber:
         """Move the buffer's start to the end of the last committed word."""
         words = self._words(0) if self.committed else ()
         end = words[-1].end if words else self.received - self.options.commit_margin
-        self.offset = min(len(self.audio), max(self.offset, int(end * SAMPLE_RATE)))
+        self.offset = min(self.samples, max(self.offset, int(end * SAMPLE_RATE)))
+        self.audio = self.audio[self.offset - self.base :]  # the rest is never read again
+        self.base = self.offset
         self.prompt.extend(t.id for t in self.committed)
         self.committed = []
         self.previous = []

@@ -13,10 +13,12 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from service.server import ServerConfig, serve
+from service.security import SecurityConfigError, read_tokens
+from service.server import LIVE_MAX_SECONDS, ServerConfig, serve
 
 log = logging.getLogger("service")
 DEFAULTS = ServerConfig()
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
 def _env(var: str, default: object, kind: Callable[[str], object]) -> object:
@@ -27,6 +29,14 @@ def _env(var: str, default: object, kind: Callable[[str], object]) -> object:
         return kind(value)
     except ValueError as e:
         raise SystemExit(f"bad {var}={value!r}: {e}") from e
+
+
+def _bool(value: str) -> bool:
+    if value.strip().lower() in ("1", "true", "yes", "on"):
+        return True
+    if value.strip().lower() in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("expected 1/0, true/false, yes/no or on/off")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -53,12 +63,43 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     flag("max-message-mb", float, DEFAULTS.max_message_mb, "largest message, MiB")
     flag("grace", float, DEFAULTS.grace, "seconds to drain in-flight RPCs on SIGTERM")
     flag("port-file", str, None, "write the bound port to this file once listening")
+    flag("live-idle-timeout", float, DEFAULTS.live_idle_timeout, "seconds a live stream may idle")
+    flag(
+        "live-max-seconds",
+        float,
+        None,
+        f"audio per live stream (default: --max-audio-seconds, at most {LIVE_MAX_SECONDS:g})",
+    )
+    flag("tls-cert", str, None, "PEM certificate chain: serve TLS (with --tls-key)")
+    flag("tls-key", str, None, "PEM private key of --tls-cert")
+    flag("auth-token", str, None, "require 'authorization: Bearer <token>' (prefer the file)")
+    flag("auth-token-file", str, None, "file of accepted bearer tokens, one a line")
+    for name, what in (("health", "grpc.health.v1.Health"), ("reflection", "server reflection")):
+        env = f"XATTN_AUTH_EXEMPT_{name.upper()}"
+        parser.add_argument(
+            f"--auth-exempt-{name}",
+            action=argparse.BooleanOptionalAction,
+            default=_env(env, True, _bool),
+            help=f"{what} needs no token (env {env}=1/0; default: exempt)",
+        )
+    flag("stats-file", str, None, "write counters, RSS and threads as JSON to this file")
+    flag("stats-interval", float, DEFAULTS.stats_interval, "seconds between --stats-file writes")
     flag("log-level", str, "INFO", "logging level")
     args = parser.parse_args(argv)
+    if bool(args.tls_cert) != bool(args.tls_key):
+        parser.error("--tls-cert and --tls-key go together")
+    try:
+        args.auth_tokens = read_tokens(args.auth_token, args.auth_token_file)
+    except SecurityConfigError as e:
+        parser.error(str(e))
+    if args.stats_interval <= 0:
+        parser.error("--stats-interval must be > 0")
     if args.workers < 1 or args.max_queue < 0 or args.max_audio_seconds <= 0:
         parser.error("--workers must be >= 1, --max-queue >= 0, --max-audio-seconds > 0")
     if args.max_message_mb <= 0:
         parser.error("--max-message-mb must be > 0")
+    if args.live_idle_timeout <= 0 or (args.live_max_seconds or 1) <= 0:
+        parser.error("--live-idle-timeout and --live-max-seconds must be > 0")
     return args
 
 
@@ -74,6 +115,15 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_message_mb=args.max_message_mb,
         grace=args.grace,
         port_file=args.port_file,
+        live_idle_timeout=args.live_idle_timeout,
+        live_max_seconds=args.live_max_seconds,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        auth_tokens=args.auth_tokens,
+        auth_exempt_health=args.auth_exempt_health,
+        auth_exempt_reflection=args.auth_exempt_reflection,
+        stats_file=args.stats_file,
+        stats_interval=args.stats_interval,
     )
 
 
@@ -84,8 +134,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    config = config_from_args(args)
+    if config.auth_tokens and not config.tls_cert and config.host not in LOOPBACK:
+        log.warning("bearer tokens travel in cleartext: serve TLS (--tls-cert) or behind a proxy")
     try:
-        asyncio.run(serve(config_from_args(args)))
+        asyncio.run(serve(config))
     except (ValueError, OSError) as e:  # a model that cannot load, a port that cannot bind
         log.error("cannot serve: %s", e)
         return 1

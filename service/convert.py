@@ -21,6 +21,7 @@ from model.results import (
     WindowDiscarded,
     WindowStart,
 )
+from model.streaming import LiveOptions, LiveResult
 from service.engine import Event, Limits, Timings
 from service.rows import RowSpec
 from xattn.v1 import transcriber_pb2 as pb
@@ -252,7 +253,52 @@ def model_info(pipe: Pipeline, limits: Limits) -> pb.GetModelInfoResponse:
             max_send_message_bytes=limits.max_send_message_bytes,
             workers=limits.workers,
             max_queue=limits.max_queue,
+            max_live_seconds=limits.max_live_seconds,
+            live_idle_timeout_seconds=limits.live_idle_timeout,
         ),
         compute_type=pipe.compute,
         device=pipe.device,
     )
+
+
+def live_options(config: pb.StreamingRecognitionConfig, defaults: LiveOptions) -> LiveOptions:
+    """The config's policy over the server's defaults (OptionsError for impossible values)."""
+    policy, margin, agreement = config.policy, defaults.commit_margin, defaults.agreement
+    if policy.HasField("commit_margin"):
+        margin = policy.commit_margin
+        if not math.isfinite(margin) or not 0 <= margin <= defaults.max_buffer:
+            raise OptionsError(
+                f"policy.commit_margin must be in 0..{defaults.max_buffer:g} s, not {margin}"
+            )
+    if policy.HasField("agreement"):
+        agreement = policy.agreement
+    return LiveOptions(
+        language=config.language or defaults.language,
+        commit_margin=margin,
+        agreement=agreement,
+        min_step=defaults.min_step,
+        max_buffer=defaults.max_buffer,
+        return_attention=True,
+    )
+
+
+def live_result(result: LiveResult, first: int, rows: RowSpec) -> pb.StreamingRecognizeResponse:
+    """A LiveResult as a message; its tokens are numbered from `first` on."""
+    msg = pb.StreamingRecognitionResult(
+        is_final=result.is_final,
+        stability=result.stability,
+        text=result.text,
+        buffer_offset=result.buffer_offset,
+        audio_seconds=result.audio_seconds,
+        words=[
+            pb.Word(word=w.word, start=w.start, end=w.end, probability=w.probability)
+            for w in result.words
+        ],
+    )
+    for i, t in enumerate(result.tokens):
+        token = msg.tokens.add(
+            index=first + i, id=t.id, text=t.text, logprob=t.logprob, peak_time=t.peak_time
+        )
+        if rows.enabled and t.attention is not None:
+            token.alignment.CopyFrom(rows.tensor(rows.select(t.attention)))
+    return pb.StreamingRecognizeResponse(result=msg)

@@ -5,6 +5,10 @@ pool, then its transcription generator runs on a decode worker thread. Each even
 there (the caller's function, e.g. into a proto message) and handed to the event loop
 through an asyncio queue, with a little backpressure. Cancelling the consumer (client
 cancel, deadline, shutdown) closes the generator within one token.
+
+A live stream (service.live) takes one admission slot for its whole duration (`admit_live`);
+its decode steps run on a pool of their own, `workers` threads, so a long file on a decode
+worker does not stall a live stream for minutes (the CPU is shared instead).
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ class Limits:
     max_queue: int = 8  # admitted transcriptions waiting for a worker
     max_receive_message_bytes: int = 0  # reported only; the server enforces it
     max_send_message_bytes: int = 0
+    max_live_seconds: float = 1800.0  # audio one live stream may send
+    live_idle_timeout: float = 10.0  # seconds a live stream may send nothing
 
 
 @dataclass
@@ -54,6 +60,7 @@ class Counters:
     failed: int = 0  # the model raised
     tokens_decoded: int = 0
     in_flight: int = 0  # admitted and not over: loading audio, queued or running
+    live: int = 0  # live streams admitted (counted in the outcomes above too)
 
 
 @dataclass
@@ -105,6 +112,8 @@ class Run(Generic[T]):
         self._loop = asyncio.get_running_loop()
         self._space = threading.Semaphore(BUFFERED_EVENTS)
         self._done = False
+        self.audio: np.ndarray | None = None  # decoded, waiting for a worker
+        self.claimed = False  # under the engine's lock: a worker took it, or it ended queued
 
     def timings(self) -> Timings:
         if not self._done:
@@ -116,10 +125,10 @@ class Run(Generic[T]):
         engine, submitted = self._engine, False
         try:
             t0 = time.perf_counter()
-            audio = await self._loop.run_in_executor(engine.audio_pool, self._load_audio)
+            self.audio = await self._loop.run_in_executor(engine.audio_pool, self._load_audio)
             self.queued_at = time.perf_counter()
             self.times.audio = self.queued_at - t0
-            engine.decode_pool.submit(engine.work, self, audio)
+            engine.decode_pool.submit(engine.work, self)  # the queued item holds no samples
             submitted = True
             while (item := await self._queue.get()) is not _END:
                 self._space.release()
@@ -131,6 +140,8 @@ class Run(Generic[T]):
         except BaseException as e:
             if not submitted:
                 engine.end(self, "cancelled" if _is_cancel(e) else "invalid")
+            else:
+                engine.unqueue(self)  # still queued: free its slot now, not when a worker comes
             raise
         finally:
             self.cancelled.set()  # the worker, if still running, stops within one token
@@ -151,6 +162,22 @@ class Run(Generic[T]):
             self.cancelled.set()
 
 
+class LiveSlot:
+    """One live stream's admission slot; `release(outcome)` exactly once (later calls no-op)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._released = False
+        self._lock = threading.Lock()
+
+    def release(self, outcome: str) -> None:
+        with self._lock:
+            if self._released:
+                return
+            self._released = True
+        self._engine.end(None, outcome)
+
+
 def _is_cancel(e: BaseException) -> bool:
     return isinstance(e, asyncio.CancelledError | GeneratorExit)
 
@@ -167,6 +194,7 @@ class Engine:
         workers = max(1, limits.workers)
         self.decode_pool = ThreadPoolExecutor(workers, thread_name_prefix="xattn-decode")
         self.audio_pool = ThreadPoolExecutor(workers, thread_name_prefix="xattn-audio")
+        self.live_pool = ThreadPoolExecutor(workers, thread_name_prefix="xattn-live")
 
     @property
     def ready(self) -> bool:
@@ -198,6 +226,15 @@ class Engine:
         shape: Callable[[Event], T | None],
     ) -> Run[T]:
         """Admit a transcription (Overloaded when full); must run on the event loop."""
+        self._admit()
+        return Run(self, load_audio, options, shape)
+
+    def admit_live(self) -> LiveSlot:
+        """Admit a live stream (Overloaded when full); it holds the slot until released."""
+        self._admit(live=True)
+        return LiveSlot(self)
+
+    def _admit(self, live: bool = False) -> None:
         if not self.ready:
             raise NotReady("the model is still loading")
         capacity = max(1, self.limits.workers) + max(0, self.limits.max_queue)
@@ -216,21 +253,36 @@ class Engine:
                 )
             c.admitted += 1
             c.in_flight += 1
-        return Run(self, load_audio, options, shape)
+            if live:
+                c.live += 1
+                c.started += 1
 
-    def end(self, run: Run, outcome: str) -> None:
+    def end(self, run: Run | None, outcome: str) -> None:
         with self._lock:
             c = self._counters
             setattr(c, outcome, getattr(c, outcome) + 1)
             c.in_flight -= 1
-            if outcome == "finished":
+            if outcome == "finished" and run is not None:
                 seconds = time.perf_counter() - run.arrived
                 self._mean_seconds = 0.8 * self._mean_seconds + 0.2 * seconds
 
-    def work(self, run: Run, audio: np.ndarray) -> None:
+    def unqueue(self, run: Run) -> None:
+        """End (as cancelled) a run that no worker has taken yet; no-op once one has."""
+        with self._lock:
+            if run.claimed:
+                return
+            run.claimed, run.audio = True, None
+        self.end(run, "cancelled")
+
+    def work(self, run: Run) -> None:
         """Run one transcription on this (worker) thread."""
         run.times.queue = time.perf_counter() - run.queued_at
-        if run.cancelled.is_set():
+        with self._lock:
+            if run.claimed:  # ended while queued (unqueue)
+                return
+            run.claimed = True
+            audio, run.audio = run.audio, None
+        if run.cancelled.is_set() or audio is None:
             self.end(run, "cancelled")
             return
         with self._lock:
@@ -273,3 +325,4 @@ class Engine:
         self._pipeline = None
         await asyncio.to_thread(self.decode_pool.shutdown, wait=True, cancel_futures=True)
         await asyncio.to_thread(self.audio_pool.shutdown, wait=True, cancel_futures=True)
+        await asyncio.to_thread(self.live_pool.shutdown, wait=True, cancel_futures=True)

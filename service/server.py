@@ -2,7 +2,9 @@
 
 The port is bound (and reported) before the model loads; health says NOT_SERVING until the
 model is loaded and warmed up, SERVING after, and NOT_SERVING again once shutdown starts.
-SIGTERM/SIGINT drain in-flight RPCs for up to `grace` seconds, then the process exits 0.
+SIGTERM/SIGINT drain in-flight RPCs for up to `grace` seconds (new RPCs: UNAVAILABLE), then
+the process exits 0; a second signal, or the grace running out, cancels the rest at once.
+Optional TLS and bearer-token auth: see service.security.
 """
 
 from __future__ import annotations
@@ -18,13 +20,16 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from model.pipeline import Pipeline, load_pipeline
+from service import security
 from service.engine import Engine, Limits
 from service.servicer import TranscriberServicer
+from service.stats import stats_loop
 from xattn.v1 import transcriber_pb2, transcriber_pb2_grpc
 
 log = logging.getLogger(__name__)
 
 MIB = 1 << 20
+LIVE_MAX_SECONDS = 3600.0  # the default cap of a live stream's audio
 TRANSCRIBER = transcriber_pb2.DESCRIPTOR.services_by_name["Transcriber"].full_name
 HEALTH = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -44,6 +49,22 @@ class ServerConfig:
     max_message_mb: float = 64.0
     grace: float = 10.0  # seconds to drain in-flight RPCs on shutdown
     port_file: str | None = None  # written with the bound port once listening
+    tls_cert: str | None = None  # PEM certificate chain; with tls_key: serve TLS only
+    tls_key: str | None = None
+    auth_tokens: tuple[str, ...] = ()  # when set: `authorization: Bearer <one of them>`
+    auth_exempt_health: bool = True
+    auth_exempt_reflection: bool = True
+    stats_file: str | None = None  # JSON counters, RSS and threads, rewritten periodically
+    stats_interval: float = 2.0
+    live_idle_timeout: float = 10.0  # seconds a live stream may send nothing
+    live_max_seconds: float | None = None  # audio per live stream; None: max_audio_seconds,
+    # at most LIVE_MAX_SECONDS
+
+    @property
+    def max_live_seconds(self) -> float:
+        if self.live_max_seconds is not None:
+            return self.live_max_seconds
+        return min(self.max_audio_seconds, LIVE_MAX_SECONDS)
 
     @property
     def max_message_bytes(self) -> int:
@@ -62,6 +83,8 @@ class Server:
             max_queue=config.max_queue,
             max_receive_message_bytes=config.max_message_bytes,
             max_send_message_bytes=config.max_message_bytes,
+            max_live_seconds=config.max_live_seconds,
+            live_idle_timeout=config.live_idle_timeout,
         )
         self.engine = Engine(limits)
         self.health = health.aio.HealthServicer()
@@ -71,9 +94,13 @@ class Server:
                 ("grpc.max_receive_message_length", config.max_message_bytes),
                 ("grpc.max_send_message_length", config.max_message_bytes),
                 ("grpc.so_reuseport", 0),  # a port in use is an error, not a shared port
-            ]
+            ],
+            interceptors=security.interceptors(
+                config.auth_tokens, config.auth_exempt_health, config.auth_exempt_reflection
+            ),
         )
         self._loading: asyncio.Task[None] | None = None
+        self._stats: asyncio.Task[None] | None = None
 
     async def start(self) -> int:
         """Listen (health NOT_SERVING) and start loading the model; return the bound port."""
@@ -87,13 +114,25 @@ class Server:
         await self._set_health(NOT_SERVING)
         address = f"{self.config.host}:{self.config.port}"
         try:
-            self.port = self._grpc.add_insecure_port(address)
+            if self.config.tls_cert or self.config.tls_key:
+                if not (self.config.tls_cert and self.config.tls_key):
+                    raise security.SecurityConfigError("TLS needs both a certificate and a key")
+                creds = security.server_credentials(self.config.tls_cert, self.config.tls_key)
+                self.port = self._grpc.add_secure_port(address, creds)
+            else:
+                self.port = self._grpc.add_insecure_port(address)
         except RuntimeError as e:  # grpc: "Failed to bind to address ..."
             raise OSError(f"cannot listen on {address}: {e}") from e
         if not self.port:
             raise OSError(f"cannot listen on {address}")
         await self._grpc.start()
-        log.info("xattn listening on %s:%d", self.config.host, self.port)
+        tls = "TLS" if self.config.tls_cert else "plaintext"
+        auth = "bearer-token auth" if self.config.auth_tokens else "no auth"
+        log.info("xattn listening on %s:%d (%s, %s)", self.config.host, self.port, tls, auth)
+        if self.config.stats_file:
+            self._stats = asyncio.create_task(
+                stats_loop(self.engine, self.config.stats_file, self.config.stats_interval)
+            )
         if self.config.port_file:
             tmp = Path(self.config.port_file + ".tmp")
             tmp.write_text(f"{self.port}\n")
@@ -129,7 +168,15 @@ class Server:
         log.info("draining in-flight RPCs for up to %.1f s", grace)
         await self._grpc.stop(grace)
         await self.engine.close()
+        if self._stats is not None:
+            self._stats.cancel()  # it writes the final counters as it ends
+            await asyncio.gather(self._stats, return_exceptions=True)
         log.info("stopped")
+
+    async def cancel_all(self) -> None:
+        """Cancel every in-flight RPC now (a `stop()` in progress then ends at once)."""
+        log.info("cancelling in-flight RPCs")
+        await self._grpc.stop(None)
 
     async def wait_for_termination(self) -> None:
         await self._grpc.wait_for_termination()
@@ -141,8 +188,17 @@ async def serve(config: ServerConfig, pipeline: Pipeline | None = None) -> None:
     await server.start()
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
+    tasks: set[asyncio.Task[None]] = set()
+
+    def on_signal() -> None:
+        if stopping.is_set():  # the second signal: do not wait for the grace period
+            task = asyncio.ensure_future(server.cancel_all())
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        stopping.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stopping.set)
+        loop.add_signal_handler(sig, on_signal)
     loading = asyncio.ensure_future(server.wait_ready())
     stop_wait = asyncio.ensure_future(stopping.wait())
     await asyncio.wait({loading, stop_wait}, return_when=asyncio.FIRST_COMPLETED)

@@ -12,6 +12,7 @@ from model.audio import AudioError, AudioTooLongError
 from model.decoding import OptionsError
 from service import convert
 from service.engine import Engine, NotReady, Overloaded, Run
+from service.live import IdleTimeout, LiveSession, LiveSettings, StreamOrderError
 from service.rows import row_spec
 from xattn.v1 import transcriber_pb2 as pb
 from xattn.v1 import transcriber_pb2_grpc
@@ -37,8 +38,10 @@ def error_status(e: BaseException) -> grpc.StatusCode | None:
     """The status a request error maps to; None for unexpected ones (INTERNAL)."""
     if isinstance(e, AudioTooLongError):
         return grpc.StatusCode.OUT_OF_RANGE
-    if isinstance(e, AudioError | OptionsError):
+    if isinstance(e, AudioError | OptionsError | StreamOrderError):
         return grpc.StatusCode.INVALID_ARGUMENT
+    if isinstance(e, IdleTimeout):
+        return grpc.StatusCode.DEADLINE_EXCEEDED
     if isinstance(e, NotReady):
         return grpc.StatusCode.UNAVAILABLE
     if isinstance(e, Overloaded | ResultTooLarge):
@@ -76,6 +79,8 @@ class TranscriberServicer(transcriber_pb2_grpc.TranscriberServicer):
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
+        limits = engine.limits
+        self._live = LiveSettings(limits.live_idle_timeout, limits.max_live_seconds)
 
     async def GetModelInfo(
         self, request: pb.GetModelInfoRequest, context: Context
@@ -117,6 +122,18 @@ class TranscriberServicer(transcriber_pb2_grpc.TranscriberServicer):
                 async for response in events:
                     if response.HasField("done"):
                         response.done.timings.CopyFrom(convert.timings(run.timings()))
+                    yield response
+        except Exception as e:
+            await abort_for(context, e)
+            raise
+
+    async def StreamingRecognize(
+        self, request_iterator: AsyncIterator[pb.StreamingRecognizeRequest], context: Context
+    ) -> AsyncIterator[pb.StreamingRecognizeResponse]:
+        try:
+            session = LiveSession(self._engine, self._live, request_iterator)
+            async with aclosing(session.responses()) as responses:
+                async for response in responses:
                     yield response
         except Exception as e:
             await abort_for(context, e)

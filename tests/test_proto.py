@@ -30,12 +30,14 @@ def test_service_names_and_shapes() -> None:
     service = pb.DESCRIPTOR.services_by_name["Transcriber"]
     assert service.full_name == "xattn.v1.Transcriber"
     methods = {m.name: m for m in service.methods}
-    assert set(methods) == {"GetModelInfo", "Transcribe", "StreamTranscribe"}
+    assert set(methods) == {"GetModelInfo", "Transcribe", "StreamTranscribe", "StreamingRecognize"}
     for name, method in methods.items():  # each RPC has its own request and response
         assert method.input_type.name == f"{name}Request"
         assert method.output_type.name == f"{name}Response"
     assert methods["StreamTranscribe"].server_streaming
     assert not methods["Transcribe"].server_streaming and not methods["Transcribe"].client_streaming
+    live = methods["StreamingRecognize"]
+    assert live.client_streaming and live.server_streaming
     assert hasattr(transcriber_pb2_grpc, "TranscriberStub")
 
 

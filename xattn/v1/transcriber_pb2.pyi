@@ -109,18 +109,22 @@ class ModelDims(_message.Message):
     def __init__(self, n_mels: _Optional[int] = ..., n_audio_ctx: _Optional[int] = ..., n_audio_state: _Optional[int] = ..., n_audio_head: _Optional[int] = ..., n_audio_layer: _Optional[int] = ..., n_vocab: _Optional[int] = ..., n_text_ctx: _Optional[int] = ..., n_text_state: _Optional[int] = ..., n_text_head: _Optional[int] = ..., n_text_layer: _Optional[int] = ...) -> None: ...
 
 class ServerLimits(_message.Message):
-    __slots__ = ("max_audio_seconds", "max_receive_message_bytes", "max_send_message_bytes", "workers", "max_queue")
+    __slots__ = ("max_audio_seconds", "max_receive_message_bytes", "max_send_message_bytes", "workers", "max_queue", "max_live_seconds", "live_idle_timeout_seconds")
     MAX_AUDIO_SECONDS_FIELD_NUMBER: _ClassVar[int]
     MAX_RECEIVE_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_SEND_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     MAX_QUEUE_FIELD_NUMBER: _ClassVar[int]
+    MAX_LIVE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    LIVE_IDLE_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     max_audio_seconds: float
     max_receive_message_bytes: int
     max_send_message_bytes: int
     workers: int
     max_queue: int
-    def __init__(self, max_audio_seconds: _Optional[float] = ..., max_receive_message_bytes: _Optional[int] = ..., max_send_message_bytes: _Optional[int] = ..., workers: _Optional[int] = ..., max_queue: _Optional[int] = ...) -> None: ...
+    max_live_seconds: float
+    live_idle_timeout_seconds: float
+    def __init__(self, max_audio_seconds: _Optional[float] = ..., max_receive_message_bytes: _Optional[int] = ..., max_send_message_bytes: _Optional[int] = ..., workers: _Optional[int] = ..., max_queue: _Optional[int] = ..., max_live_seconds: _Optional[float] = ..., live_idle_timeout_seconds: _Optional[float] = ...) -> None: ...
 
 class AttentionHead(_message.Message):
     __slots__ = ("layer", "head")
@@ -359,3 +363,101 @@ class Done(_message.Message):
     transcript: Transcript
     timings: Timings
     def __init__(self, transcript: _Optional[_Union[Transcript, _Mapping]] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ...) -> None: ...
+
+class StreamingRecognizeRequest(_message.Message):
+    __slots__ = ("config", "audio_content")
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_CONTENT_FIELD_NUMBER: _ClassVar[int]
+    config: StreamingRecognitionConfig
+    audio_content: bytes
+    def __init__(self, config: _Optional[_Union[StreamingRecognitionConfig, _Mapping]] = ..., audio_content: _Optional[bytes] = ...) -> None: ...
+
+class StreamingRecognitionConfig(_message.Message):
+    __slots__ = ("encoding", "sample_rate", "channels", "language", "interim_results", "alignment", "policy")
+    ENCODING_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_RATE_FIELD_NUMBER: _ClassVar[int]
+    CHANNELS_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    INTERIM_RESULTS_FIELD_NUMBER: _ClassVar[int]
+    ALIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    encoding: PcmEncoding
+    sample_rate: int
+    channels: int
+    language: str
+    interim_results: bool
+    alignment: AlignmentOptions
+    policy: LivePolicy
+    def __init__(self, encoding: _Optional[_Union[PcmEncoding, str]] = ..., sample_rate: _Optional[int] = ..., channels: _Optional[int] = ..., language: _Optional[str] = ..., interim_results: _Optional[bool] = ..., alignment: _Optional[_Union[AlignmentOptions, _Mapping]] = ..., policy: _Optional[_Union[LivePolicy, _Mapping]] = ...) -> None: ...
+
+class LivePolicy(_message.Message):
+    __slots__ = ("commit_margin", "agreement")
+    COMMIT_MARGIN_FIELD_NUMBER: _ClassVar[int]
+    AGREEMENT_FIELD_NUMBER: _ClassVar[int]
+    commit_margin: float
+    agreement: bool
+    def __init__(self, commit_margin: _Optional[float] = ..., agreement: _Optional[bool] = ...) -> None: ...
+
+class StreamingRecognizeResponse(_message.Message):
+    __slots__ = ("result", "done")
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    result: StreamingRecognitionResult
+    done: StreamingRecognizeDone
+    def __init__(self, result: _Optional[_Union[StreamingRecognitionResult, _Mapping]] = ..., done: _Optional[_Union[StreamingRecognizeDone, _Mapping]] = ...) -> None: ...
+
+class StreamingRecognitionResult(_message.Message):
+    __slots__ = ("is_final", "stability", "text", "tokens", "words", "buffer_offset", "audio_seconds")
+    IS_FINAL_FIELD_NUMBER: _ClassVar[int]
+    STABILITY_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    WORDS_FIELD_NUMBER: _ClassVar[int]
+    BUFFER_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    is_final: bool
+    stability: float
+    text: str
+    tokens: _containers.RepeatedCompositeFieldContainer[StreamingToken]
+    words: _containers.RepeatedCompositeFieldContainer[Word]
+    buffer_offset: float
+    audio_seconds: float
+    def __init__(self, is_final: _Optional[bool] = ..., stability: _Optional[float] = ..., text: _Optional[str] = ..., tokens: _Optional[_Iterable[_Union[StreamingToken, _Mapping]]] = ..., words: _Optional[_Iterable[_Union[Word, _Mapping]]] = ..., buffer_offset: _Optional[float] = ..., audio_seconds: _Optional[float] = ...) -> None: ...
+
+class StreamingToken(_message.Message):
+    __slots__ = ("index", "id", "text", "logprob", "peak_time", "alignment")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    LOGPROB_FIELD_NUMBER: _ClassVar[int]
+    PEAK_TIME_FIELD_NUMBER: _ClassVar[int]
+    ALIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    id: int
+    text: str
+    logprob: float
+    peak_time: float
+    alignment: Tensor
+    def __init__(self, index: _Optional[int] = ..., id: _Optional[int] = ..., text: _Optional[str] = ..., logprob: _Optional[float] = ..., peak_time: _Optional[float] = ..., alignment: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+
+class StreamingRecognizeDone(_message.Message):
+    __slots__ = ("text", "language", "audio_seconds", "final_results", "tokens", "decode_steps", "encode_seconds", "compute_seconds", "total_seconds")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    FINAL_RESULTS_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    DECODE_STEPS_FIELD_NUMBER: _ClassVar[int]
+    ENCODE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    language: str
+    audio_seconds: float
+    final_results: int
+    tokens: int
+    decode_steps: int
+    encode_seconds: float
+    compute_seconds: float
+    total_seconds: float
+    def __init__(self, text: _Optional[str] = ..., language: _Optional[str] = ..., audio_seconds: _Optional[float] = ..., final_results: _Optional[int] = ..., tokens: _Optional[int] = ..., decode_steps: _Optional[int] = ..., encode_seconds: _Optional[float] = ..., compute_seconds: _Optional[float] = ..., total_seconds: _Optional[float] = ...) -> None: ...

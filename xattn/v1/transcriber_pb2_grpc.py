@@ -50,6 +50,11 @@ class TranscriberStub:
                 request_serializer=xattn_dot_v1_dot_transcriber__pb2.StreamTranscribeRequest.SerializeToString,
                 response_deserializer=xattn_dot_v1_dot_transcriber__pb2.StreamTranscribeResponse.FromString,
                 _registered_method=True)
+        self.StreamingRecognize = channel.stream_stream(
+                '/xattn.v1.Transcriber/StreamingRecognize',
+                request_serializer=xattn_dot_v1_dot_transcriber__pb2.StreamingRecognizeRequest.SerializeToString,
+                response_deserializer=xattn_dot_v1_dot_transcriber__pb2.StreamingRecognizeResponse.FromString,
+                _registered_method=True)
 
 
 class TranscriberServicer:
@@ -72,8 +77,15 @@ class TranscriberServicer:
 
     def StreamTranscribe(self, request, context):
         """Transcribes a whole file and streams each token (with its row) the moment it is decoded.
-        Reserved for a later version: StreamingRecognize (bidirectional, live audio chunks in,
-        the same events out), with its own StreamingRecognizeRequest/Response.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StreamingRecognize(self, request_iterator, context):
+        """Live recognition: audio in as it is spoken, tokens (with their rows) out as they are
+        decided. The first request carries the config, every later one audio; half-close to
+        flush. Interim results may change; finals never do.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -96,6 +108,11 @@ def add_TranscriberServicer_to_server(servicer, server):
                     servicer.StreamTranscribe,
                     request_deserializer=xattn_dot_v1_dot_transcriber__pb2.StreamTranscribeRequest.FromString,
                     response_serializer=xattn_dot_v1_dot_transcriber__pb2.StreamTranscribeResponse.SerializeToString,
+            ),
+            'StreamingRecognize': grpc.stream_stream_rpc_method_handler(
+                    servicer.StreamingRecognize,
+                    request_deserializer=xattn_dot_v1_dot_transcriber__pb2.StreamingRecognizeRequest.FromString,
+                    response_serializer=xattn_dot_v1_dot_transcriber__pb2.StreamingRecognizeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -180,6 +197,33 @@ class Transcriber:
             '/xattn.v1.Transcriber/StreamTranscribe',
             xattn_dot_v1_dot_transcriber__pb2.StreamTranscribeRequest.SerializeToString,
             xattn_dot_v1_dot_transcriber__pb2.StreamTranscribeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamingRecognize(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/xattn.v1.Transcriber/StreamingRecognize',
+            xattn_dot_v1_dot_transcriber__pb2.StreamingRecognizeRequest.SerializeToString,
+            xattn_dot_v1_dot_transcriber__pb2.StreamingRecognizeResponse.FromString,
             options,
             channel_credentials,
             insecure,
