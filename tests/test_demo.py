@@ -1,0 +1,24 @@
+"""`make demo`'s job end to end: a real server, the client streaming the bundled sample."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_demo_prints_tokens_and_writes_the_page(tmp_path: Path) -> None:
+    page = tmp_path / "inspector.html"
+    done = subprocess.run(
+        [sys.executable, ROOT / "scripts" / "demo.py", "--html", page],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"COLUMNS": "100", "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin"},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "listens" in done.stdout  # the sample says "... where the model listens."
+    assert page.is_file() and page.stat().st_size > 10_000
+    assert "<canvas" in page.read_text()
