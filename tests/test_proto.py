@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -63,6 +64,8 @@ def test_stream_events_and_options() -> None:
 def test_buf_lint() -> None:
     buf = shutil.which("buf")
     if buf is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("buf is missing: .ci/run installs it (npm @bufbuild/buf)")
         pytest.skip("buf not installed (npm install @bufbuild/buf)")
     done = subprocess.run(
         [buf, "lint", "proto"], cwd=ROOT, capture_output=True, text=True, timeout=120
