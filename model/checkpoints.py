@@ -230,6 +230,29 @@ def load_openai(path: Path) -> Checkpoint:
     )
 
 
+def to_openai_state_dict(ckpt: Checkpoint) -> dict[str, torch.Tensor]:
+    """The state dict under openai-whisper's names, fused Q/K/V split back (the key biases,
+    all zero, are dropped as openai-whisper has none): `load_openai`'s inverse."""
+    out: dict[str, torch.Tensor] = {}
+    for key, value in ckpt.state_dict.items():
+        if ".attn.qkv." in key:
+            base, leaf = key.rsplit(".attn.qkv.", 1)
+            q, k, v = value.chunk(3)
+            out[f"{base}.attn.query.{leaf}"] = q
+            if leaf == "weight":
+                out[f"{base}.attn.key.weight"] = k
+            out[f"{base}.attn.value.{leaf}"] = v
+        elif ".cross_attn.kv." in key:
+            base, leaf = key.rsplit(".cross_attn.kv.", 1)
+            k, v = value.chunk(2)
+            if leaf == "weight":
+                out[f"{base}.cross_attn.key.weight"] = k
+            out[f"{base}.cross_attn.value.{leaf}"] = v
+        else:
+            out[key] = value
+    return out
+
+
 def load_checkpoint(name_or_path: str | Path = "tiny.en") -> Checkpoint:
     """`tiny.en`, `base`, a CTranslate2 directory, or an openai-whisper `.pt` file."""
     if str(name_or_path) == "tiny.en":

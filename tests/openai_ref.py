@@ -1,6 +1,6 @@
 """openai-whisper running the *same* weights as ours, for differential tests.
 
-Our checkpoint's state dict is converted to openai-whisper's names (fused Q/K/V split back),
+Our checkpoint's state dict is converted to openai-whisper's names (model.checkpoints),
 loaded into `whisper.model.Whisper`, and the alignment heads set from the checkpoint's config
 (whisper.load_model(path) would not).
 """
@@ -13,28 +13,7 @@ import torch
 import whisper
 from whisper.model import ModelDimensions
 
-from model.checkpoints import Checkpoint, load_checkpoint
-
-
-def to_openai_state_dict(ckpt: Checkpoint) -> dict[str, torch.Tensor]:
-    out: dict[str, torch.Tensor] = {}
-    for key, value in ckpt.state_dict.items():
-        if ".attn.qkv." in key:
-            base, leaf = key.rsplit(".attn.qkv.", 1)
-            q, k, v = value.chunk(3)
-            out[f"{base}.attn.query.{leaf}"] = q
-            if leaf == "weight":
-                out[f"{base}.attn.key.weight"] = k
-            out[f"{base}.attn.value.{leaf}"] = v
-        elif ".cross_attn.kv." in key:
-            base, leaf = key.rsplit(".cross_attn.kv.", 1)
-            k, v = value.chunk(2)
-            if leaf == "weight":
-                out[f"{base}.cross_attn.key.weight"] = k
-            out[f"{base}.cross_attn.value.{leaf}"] = v
-        else:
-            out[key] = value
-    return out
+from model.checkpoints import load_checkpoint, to_openai_state_dict
 
 
 @functools.cache

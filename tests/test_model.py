@@ -106,9 +106,7 @@ def test_faster_whisper_same_text(jfk_path) -> None:
 
 
 def test_openai_checkpoint_loads(tmp_path, jfk_path) -> None:
-    from openai_ref import to_openai_state_dict
-
-    from model.checkpoints import load_checkpoint
+    from model.checkpoints import load_checkpoint, to_openai_state_dict
     from model.pipeline import load_pipeline
 
     ckpt = load_checkpoint("tiny.en")
