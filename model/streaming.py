@@ -37,7 +37,7 @@ from model.transcribe import Context
 @dataclass(frozen=True)
 class LiveOptions:
     language: str | None = None  # None: "en", or detected on the first decode (multilingual)
-    commit_margin: float = 0.4  # seconds: attention this close to the newest audio waits
+    commit_margin: float = 0.2  # seconds: attention this close to the newest audio waits
     agreement: bool = True  # also commit what two successive decodes agree on
     min_step: float = 0.3  # seconds of new audio before decoding again
     max_buffer: float = 25.0  # seconds: slide the buffer before the 30 s window fills

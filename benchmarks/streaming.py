@@ -1,0 +1,172 @@
+"""Live recognition: how long after a word is spoken does its final arrive, and at what cost.
+
+    python -m benchmarks.streaming [--clip ../shared/audio/jfk.flac] [--repeat 2] [--speed 1]
+                                   [--streams 4] [--workers 1] [--commit-margin S]
+
+A real server (tiny.en, in this process) and real channels. The clip (repeated `--repeat`
+times with 1 s of silence between) is sent as 100 ms int16 chunks at `--speed` x real time.
+
+- Reference end times: one Transcribe of the same audio with word timestamps. Final words
+  are matched to the reference by order and text (difflib over normalised words).
+- Commit delay of a word: (wall time from the stream's start to its final's arrival) x
+  speed - the word's reference end. Median and p90 (targets: <= 1.5 s and <= 2.5 s).
+- Compute per audio second: this process's CPU seconds (server and client, all threads)
+  over the audio seconds streamed, and the server's step wall time per audio second.
+- Encoder cost: the encoder passes' wall time per decode step (every step re-encodes the
+  whole buffer: Whisper's encoder cannot run on the new audio alone).
+Then the same with `--streams` concurrent live streams.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import re
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from clients.api import connect
+from clients.streaming import LiveDone, LiveResult, live_config, read_pcm16, stream_pcm
+from model.pipeline import load_pipeline
+from service.background import BackgroundServer
+from service.server import ServerConfig
+from xattn.v1 import transcriber_pb2 as pb
+from xattn.v1 import transcriber_pb2_grpc
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CLIP = ROOT.parent / "shared" / "audio" / "jfk.flac"
+RATE = 16000
+
+
+@dataclass
+class Run:
+    delays: list[float]  # seconds, one per matched word
+    matched: int
+    reference_words: int
+    done: LiveDone
+    first_interim: float | None  # audio clock of the first interim result
+
+
+def norm(word: str) -> str:
+    return re.sub(r"[^\w']", "", word.lower())
+
+
+def reference_words(address: str, pcm: bytes) -> list[tuple[str, float]]:
+    """(word, end) of an offline Transcribe of the same PCM, greedy, with word timestamps."""
+    with connect(address) as client:
+        stub = transcriber_pb2_grpc.TranscriberStub(client._channel)  # no public stub in api
+        request = pb.TranscribeRequest(
+            audio=pb.Audio(pcm=pb.Pcm(data=pcm, sample_rate=RATE, encoding=pb.PCM_ENCODING_INT16)),
+            options=pb.TranscriptionOptions(word_timestamps=True, temperatures=[0.0]),
+        )
+        response = stub.Transcribe(request, timeout=600)
+    return [(w.word, w.end) for s in response.transcript.segments for w in s.words]
+
+
+def one_stream(
+    address: str, pcm: bytes, speed: float, ref: list[tuple[str, float]], margin: float | None
+) -> Run:
+    finals: list[LiveResult] = []
+    first_interim = None
+    done = None
+    with connect(address) as client:
+        config = live_config(interim=True, commit_margin=margin)
+        for event in stream_pcm(client, pcm, speed=speed, config=config):
+            if isinstance(event, LiveDone):
+                done = event
+            elif event.is_final:
+                finals.append(event)
+            elif first_interim is None:
+                first_interim = event.arrived * speed
+    assert done is not None
+    live = [(norm(w.word), r.arrived * speed) for r in finals for w in r.words]
+    matcher = difflib.SequenceMatcher(a=[norm(w) for w, _ in ref], b=[w for w, _ in live])
+    delays = []
+    for block in matcher.get_matching_blocks():
+        for k in range(block.size):
+            delays.append(live[block.b + k][1] - ref[block.a + k][1])
+    return Run(delays, len(delays), len(ref), done, first_interim)
+
+
+def summary(label: str, runs: list[Run], audio_seconds: float, cpu: float, wall: float) -> None:
+    delays = [d for r in runs for d in r.delays]
+    steps = sum(r.done.decode_steps for r in runs)
+    encode = sum(r.done.encode_seconds for r in runs)
+    compute = sum(r.done.compute_seconds for r in runs)
+    total_audio = audio_seconds * len(runs)
+    median = statistics.median(delays)
+    p90 = float(np.percentile(delays, 90))
+    matched = sum(r.matched for r in runs)
+    ref = sum(r.reference_words for r in runs)
+    first = [r.first_interim for r in runs if r.first_interim is not None]
+    print(f"== {label}")
+    print(
+        f"commit delay: median {median:.2f} s (target <= 1.5), p90 {p90:.2f} s (target <= 2.5),"
+        f" max {max(delays):.2f} s over {matched}/{ref} matched words"
+    )
+    if first:
+        print(f"first interim at audio clock {statistics.median(first):.2f} s (median)")
+    print(
+        f"compute: {cpu / total_audio:.3f} CPU s per audio s (process, all threads); "
+        f"server steps {compute / total_audio:.3f} wall s per audio s; wall {wall:.1f} s"
+    )
+    print(
+        f"decode steps: {steps} ({steps / total_audio:.2f} per audio s), encoder "
+        f"{encode / steps * 1000:.0f} ms per step, whole step {compute / steps * 1000:.0f} ms"
+    )
+    for r in runs[:1]:
+        print(f"text: {r.done.text!r}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clip", type=Path, default=DEFAULT_CLIP)
+    parser.add_argument("--repeat", type=int, default=2, help="clip repeats, 1 s apart")
+    parser.add_argument("--speed", type=float, default=1.0, help="times real time")
+    parser.add_argument("--streams", type=int, default=4, help="concurrent streams, 2nd part")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--commit-margin", type=float, default=None)
+    args = parser.parse_args()
+
+    clip = read_pcm16(args.clip)
+    gap = bytes(2 * RATE)
+    pcm = gap.join([clip] * args.repeat)
+    audio_seconds = len(pcm) / 2 / RATE
+    pipe = load_pipeline("tiny.en")
+    config = ServerConfig(port=0, workers=args.workers, max_queue=max(8, args.streams))
+    print(
+        f"tiny.en, {audio_seconds:.1f} s of audio ({args.clip.name} x {args.repeat}), speed "
+        f"{args.speed:g}x, {os.cpu_count()} CPUs, torch threads {pipe_threads()}, load average "
+        f"{os.getloadavg()[0]:.2f}"
+    )
+    with BackgroundServer(config, pipe) as server:
+        ref = reference_words(server.address, pcm)
+        for n in sorted({1, args.streams}):
+            cpu0, t0 = time.process_time(), time.perf_counter()
+            with ThreadPoolExecutor(n) as pool:
+                futures = [
+                    pool.submit(
+                        one_stream, server.address, pcm, args.speed, ref, args.commit_margin
+                    )
+                    for _ in range(n)
+                ]
+                runs = [f.result() for f in futures]
+            cpu, wall = time.process_time() - cpu0, time.perf_counter() - t0
+            summary(f"{n} live stream(s)", runs, audio_seconds, cpu, wall)
+        print(f"engine: {server.engine.counters()}")
+
+
+def pipe_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,253 @@
+"""StreamingRecognize on the event loop: audio in as it arrives, the live policy off the loop.
+
+A reader task takes the requests as they come (any message resets the idle clock) and turns
+their audio into samples, pending. The step loop hands all the pending audio to one
+`LiveTranscriber.feed` on the engine's live pool whenever no step is running, so audio that
+arrives during a step is fed together at the next one: the policy's step grows with the
+load instead of a queue of steps growing. Pending audio is bounded by the stream's limit of
+seconds; one feed takes only what fits the policy's 30 s window (at least MIN_FEED_SECONDS),
+so a burst never pushes audio past the window before the buffer slides.
+
+Half-close: the pending audio is fed, `finish()` decodes the rest, every final is sent,
+then `done`, and the stream ends OK. A client cancel (or deadline, or shutdown) cancels the
+step loop; a step already running ends on its own (one decode) and no other starts. The
+admission slot is released when the last step is over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+import numpy as np
+
+from model.audio import MAX_CHANNELS, SAMPLE_RATE, AudioError, AudioTooLongError, pcm_to_audio
+from model.decoding import DecodeOptions, OptionsError
+from model.streaming import LiveOptions, LiveResult, LiveTranscriber
+from service import convert
+from service.engine import Engine, LiveSlot
+from service.rows import RowSpec, row_spec
+from xattn.v1 import transcriber_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+WINDOW_SECONDS = 29.5  # what one feed may fill the policy's buffer to (its window is 30 s)
+MIN_FEED_SECONDS = 1.0  # ... but at least this much is fed per step
+Requests = AsyncIterator[pb.StreamingRecognizeRequest]
+Response = pb.StreamingRecognizeResponse
+
+
+class StreamOrderError(ValueError):
+    """The requests are not a config followed by audio (INVALID_ARGUMENT)."""
+
+
+class IdleTimeout(TimeoutError):
+    """The client sent nothing for longer than the idle timeout (DEADLINE_EXCEEDED)."""
+
+
+@dataclass(frozen=True)
+class LivePcm:
+    """The raw format of a live stream's audio_content."""
+
+    encoding: str  # "int16" or "float32"
+    channels: int
+
+    @property
+    def frame_bytes(self) -> int:
+        return (2 if self.encoding == "int16" else 4) * self.channels
+
+    def samples(self, data: bytes) -> np.ndarray:
+        """One audio_content -> 16 kHz mono float32 (AudioError: not whole frames, NaN)."""
+        if len(data) % self.frame_bytes:
+            raise AudioError(
+                f"audio_content of {len(data)} bytes is not whole samples: {self.encoding} x "
+                f"{self.channels} channel(s) takes {self.frame_bytes} bytes per sample"
+            )
+        if not data:
+            return np.zeros(0, np.float32)
+        return pcm_to_audio(data, SAMPLE_RATE, self.encoding, self.channels)
+
+
+def live_pcm(config: pb.StreamingRecognitionConfig) -> LivePcm:
+    """The config's audio format (AudioError for one the server does not take)."""
+    if config.encoding not in convert.PCM_ENCODINGS:
+        raise AudioError("config.encoding must be PCM_ENCODING_INT16 or PCM_ENCODING_FLOAT32")
+    if config.sample_rate != SAMPLE_RATE:
+        raise AudioError(
+            f"config.sample_rate must be {SAMPLE_RATE} Hz (live audio is not resampled), "
+            f"not {config.sample_rate}"
+        )
+    channels = config.channels or 1
+    if not 1 <= channels <= MAX_CHANNELS:
+        raise AudioError(f"config.channels must be 1..{MAX_CHANNELS}, not {config.channels}")
+    return LivePcm(convert.PCM_ENCODINGS[config.encoding], channels)
+
+
+@dataclass(frozen=True)
+class LiveSettings:
+    """The server's side of a live stream."""
+
+    idle_timeout: float = 10.0  # seconds without a message
+    max_seconds: float = 1800.0  # seconds of audio
+    defaults: LiveOptions = LiveOptions()
+
+
+@dataclass
+class _Shaped:
+    """What the steps produced so far (touched by one step at a time, on the live pool)."""
+
+    rows: RowSpec
+    interim: bool
+    tokens: int = 0  # final tokens sent
+    finals: int = 0
+    text: str = ""
+
+    def __call__(self, results: list[LiveResult]) -> list[Response]:
+        out = []
+        for r in results:
+            if r.is_final or self.interim:
+                out.append(convert.live_result(r, self.tokens, self.rows))
+            if r.is_final:
+                self.tokens += len(r.tokens)
+                self.finals += 1
+                self.text += r.text
+        return out
+
+
+class LiveSession:
+    """One StreamingRecognize call: `async for response in session.responses(): ...`."""
+
+    def __init__(self, engine: Engine, settings: LiveSettings, requests: Requests) -> None:
+        self._engine = engine
+        self._settings = settings
+        self._requests = requests
+        self._pending: list[np.ndarray] = []
+        self._received = 0  # samples
+        self._ended = False  # the client half-closed
+        self._error: BaseException | None = None
+        self._wake = asyncio.Event()
+        self._step: Future[list[Response]] | None = None
+        self.arrived = time.perf_counter()
+
+    async def _next(self) -> pb.StreamingRecognizeRequest | None:
+        """The next request; None at half-close; IdleTimeout when none comes in time."""
+        timeout = self._settings.idle_timeout
+        try:
+            return await asyncio.wait_for(anext(self._requests, None), timeout)
+        except TimeoutError:
+            raise IdleTimeout(
+                f"live stream idle: no message for {timeout:g} s (send audio at least every "
+                f"{timeout:g} s, or half-close to end the stream)"
+            ) from None
+
+    async def _config(self) -> pb.StreamingRecognitionConfig:
+        first = await self._next()
+        if first is None:
+            raise StreamOrderError("the stream ended before its first message (the config)")
+        if first.WhichOneof("streaming_request") != "config":
+            raise StreamOrderError("the first StreamingRecognizeRequest must carry `config`")
+        return first.config
+
+    async def _read(self, pcm: LivePcm) -> None:
+        """Requests -> pending samples, until half-close or an error (kept for the loop)."""
+        limit = self._settings.max_seconds
+        try:
+            while (request := await self._next()) is not None:
+                kind = request.WhichOneof("streaming_request")
+                if kind == "config":
+                    raise StreamOrderError("only the first message may carry `config`")
+                if kind != "audio_content":
+                    raise StreamOrderError("a StreamingRecognizeRequest must carry audio_content")
+                samples = pcm.samples(request.audio_content)
+                self._received += len(samples)
+                if self._received > limit * SAMPLE_RATE:
+                    raise AudioTooLongError(
+                        f"live stream too long: over {limit:g} s of audio (the server's limit)"
+                    )
+                if len(samples):
+                    self._pending.append(samples)
+                    self._wake.set()
+            self._ended = True
+        except Exception as e:
+            self._error = e
+        finally:
+            self._wake.set()
+
+    def _take(self, live: LiveTranscriber) -> np.ndarray:
+        """The pending audio that fits the policy's window, in order; the rest stays."""
+        audio = np.concatenate(self._pending) if self._pending else np.zeros(0, np.float32)
+        room = WINDOW_SECONDS - (live.samples - live.offset) / SAMPLE_RATE
+        n = int(max(MIN_FEED_SECONDS, room) * SAMPLE_RATE)
+        self._pending = [audio[n:]] if len(audio) > n else []
+        return audio[:n]
+
+    async def _run(self, step: Callable[[], list[Response]]) -> list[Response]:
+        self._step = self._engine.live_pool.submit(step)
+        return await asyncio.wrap_future(self._step)
+
+    async def responses(self) -> AsyncIterator[Response]:
+        """The results as they are decided, then `done`; raises the stream's error."""
+        config = await self._config()
+        engine = self._engine
+        pipe = engine.pipeline
+        pcm = live_pcm(config)
+        options = convert.live_options(config, self._settings.defaults)
+        pipe.validate(DecodeOptions(language=options.language))
+        mean = pb.ALIGNMENT_MODE_MEAN_ALIGNMENT_HEADS
+        rows = row_spec(config.alignment, mean, pipe.dims, pipe.alignment_heads)
+        slot = engine.admit_live()
+        outcome = "failed"
+        live = LiveTranscriber(pipe.context, pipe.alignment_heads, options)
+        shaped = _Shaped(rows, config.interim_results)
+        reader = asyncio.create_task(self._read(pcm), name="xattn-live-reader")
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                while self._pending and self._error is None:
+                    audio = self._take(live)
+                    for response in await self._run(lambda a=audio: shaped(live.feed(a))):
+                        yield response
+                if self._error is not None:
+                    raise self._error
+                if self._ended:
+                    break
+            for response in await self._run(lambda: shaped(live.finish())):
+                yield response
+            stats = live.stats
+            yield Response(
+                done=pb.StreamingRecognizeDone(
+                    text=shaped.text,
+                    language=live.language or "",
+                    audio_seconds=self._received / SAMPLE_RATE,
+                    final_results=shaped.finals,
+                    tokens=shaped.tokens,
+                    decode_steps=stats.steps,
+                    encode_seconds=stats.encode_seconds,
+                    compute_seconds=stats.step_seconds,
+                    total_seconds=time.perf_counter() - self.arrived,
+                )
+            )
+            outcome = "finished"
+        except (asyncio.CancelledError, GeneratorExit):
+            outcome = "cancelled"
+            raise
+        except (AudioError, OptionsError, StreamOrderError, IdleTimeout):
+            outcome = "invalid"
+            raise
+        finally:
+            reader.cancel()
+            self._release(slot, outcome)
+
+    def _release(self, slot: LiveSlot, outcome: str) -> None:
+        """Free the slot now, or when the step still running on the pool is over."""
+        step = self._step
+        if step is None or step.done() or step.cancel():
+            slot.release(outcome)
+        else:
+            step.add_done_callback(lambda _: slot.release(outcome))
+        log.debug("live stream %s after %.1f s of audio", outcome, self._received / SAMPLE_RATE)
