@@ -193,7 +193,8 @@ def _decode_soundfile(src: object, max_seconds: float | None) -> np.ndarray | No
 def _decode_pyav(src: object, max_seconds: float | None) -> np.ndarray:
     try:
         options = {"protocol_whitelist": "file"} if isinstance(src, str) else _PYAV_OPTIONS
-        container = av.open(src, mode="r", options=options)
+        # metadata that is not UTF-8 must not fail the decode (PyAV's default is "strict")
+        container = av.open(src, mode="r", options=options, metadata_errors="replace")
     except av.error.FFmpegError as e:
         raise AudioError(f"cannot decode audio: {e.strerror or e}") from e
     with container:
@@ -201,6 +202,8 @@ def _decode_pyav(src: object, max_seconds: float | None) -> np.ndarray:
             raise AudioError("no audio stream in the input")
         stream = container.streams.audio[0]
         ctx = stream.codec_context
+        if ctx is None:
+            raise AudioError("no decoder for the audio stream's codec")
         if max_seconds is not None and container.duration is not None and ctx.sample_rate:
             declared = container.duration / av.time_base * ctx.sample_rate  # frames
             channels = max(1, ctx.channels)
