@@ -41,6 +41,7 @@ class DecodeOptions:
     initial_prompt: str | None = None
     word_timestamps: bool = False
     return_attention: bool = False  # every token carries [layers, heads, 1500] weights
+    online_timestamps: bool = False  # every token carries its attention-peak time, no extra pass
     max_initial_timestamp: float = 1.0
     sample_len: int | None = None  # tokens per window; None: n_text_ctx // 2
     use_cache: bool = True  # False recomputes the whole prefix every step (for tests)
@@ -136,7 +137,7 @@ def decode_window(
     """Greedy (t = 0) or sampled decoding of one window; yields each token as it is chosen."""
     n_ctx = model.dims.n_text_ctx
     sample_len = options.sample_len or n_ctx // 2
-    need = options.return_attention
+    need = options.return_attention or options.online_timestamps
     device = audio_features.device
     gen = torch.Generator().manual_seed(options.seed) if temperature > 0 else None
     tokens = list(initial_tokens)

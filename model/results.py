@@ -32,6 +32,9 @@ class TokenEvent:
     window: int
     temperature: float
     timestamp: float | None = None  # seconds within the window, for timestamp tokens
+    # DecodeOptions.online_timestamps: the live estimate of when the token was spoken (whole-
+    # file clock), its attention peak over the alignment heads; see alignment.online_token_time
+    online_time: float | None = None
     # [n_text_layer, n_text_head, 1500] float32 softmax weights over the frames,
     # from the same forward pass that chose the token; None when not asked.
     attention: np.ndarray | None = field(default=None, repr=False, compare=False)

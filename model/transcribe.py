@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from model.alignment import online_token_time
 from model.audio import (
     HOP_LENGTH,
     N_FRAMES,
@@ -119,9 +120,12 @@ def decode_with_fallback(
     options: DecodeOptions,
     window: int,
     token_index: int,
+    time_offset: float,
+    num_frames: int,
 ) -> Generator[TokenEvent | WindowDiscarded, None, tuple[WindowResult, int]]:
     """Decode a window at each temperature until one attempt passes the thresholds."""
     tok = ctx.tokenizer
+    heads = np.array(ctx.aligner.heads if ctx.aligner else [])  # [n_heads, 2]
     sot_index = initial.index(tok.sot)
     for i, t in enumerate(options.temperatures):
         steps = decode_window(
@@ -136,8 +140,13 @@ def decode_with_fallback(
             pos = step.token - tok.timestamp_begin
             stamp = pos * TIME_PRECISION if pos >= 0 else None
             text = tok.token_text(step.token)
+            online = None
+            if options.online_timestamps and len(heads):
+                row = step.attention[heads[:, 0], heads[:, 1]].mean(0)  # [1500]
+                online = round(time_offset + online_token_time(row, num_frames=num_frames), 2)
+            attention = step.attention if options.return_attention else None
             yield TokenEvent(
-                token_index, step.token, text, step.logprob, window, t, stamp, step.attention
+                token_index, step.token, text, step.logprob, window, t, stamp, online, attention
             )
             token_index += 1
         reason = needs_fallback(result, options)
@@ -193,7 +202,16 @@ def transcribe(ctx: Context, audio: np.ndarray, options: DecodeOptions) -> Itera
         initial = (tok.sot_prev, *prompt, *sot_sequence) if prompt else sot_sequence
         rules = LogitRules(sample_begin=len(initial), **rules_args)
         result, token_index = yield from decode_with_fallback(
-            ctx, features, cache, initial, rules, options, window, token_index
+            ctx,
+            features,
+            cache,
+            initial,
+            rules,
+            options,
+            window,
+            token_index,
+            time_offset,
+            num_frames,
         )
         skip = options.no_speech_threshold is not None and (
             result.no_speech_prob > options.no_speech_threshold

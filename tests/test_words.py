@@ -53,3 +53,18 @@ def test_word_timestamps_are_off_by_default(jfk_path) -> None:
     events = list(pipeline("tiny.en").transcribe(decode_audio(jfk_path)))
     assert all(not e.words for e in events if isinstance(e, Segment))
     assert all(e.attention is None for e in events if isinstance(e, TokenEvent))
+
+
+def test_online_timestamps_need_no_extra_pass(jfk_path) -> None:
+    """The live estimate (attention peak) sits near the DTW word times, without a second pass."""
+    options = DecodeOptions(word_timestamps=True, online_timestamps=True)
+    events = list(pipeline("tiny.en").transcribe(decode_audio(jfk_path), options))
+    tokens = [e for e in events if isinstance(e, TokenEvent) and e.text.strip()]
+    assert all(e.online_time is not None and e.attention is None for e in tokens)
+    words = [w for e in events if isinstance(e, Segment) for w in e.words]
+    word_of = [w for w in words for _ in w.tokens]  # the word of each text token, in order
+    assert [t for w in words for t in w.tokens] == [e.id for e in tokens]
+    near = [
+        w.start - 0.5 <= e.online_time <= w.end + 0.5 for e, w in zip(tokens, word_of, strict=True)
+    ]
+    assert sum(near) >= 0.8 * len(near), near
