@@ -103,7 +103,7 @@ def test_discarded_attempts_leave_the_stacked_rows() -> None:
     a = attention(2)
 
     def token(index: int, temperature: float, token_id: int = 400) -> TokenEvent:
-        return TokenEvent(index, token_id, " x", -0.1, 0, temperature, None, a)
+        return TokenEvent(index, token_id, " x", -0.1, 0, temperature, attention=a)
 
     shaper = convert.UnaryShaper(rows)
     stream = convert.StreamShaper(rows, eot=50256)
