@@ -3,6 +3,14 @@
     xattn transcribe AUDIO [--server HOST:PORT] [--language L] [--words] [--json]
                            [--png FILE] [--html FILE]
     xattn inspect AUDIO [--server HOST:PORT] [--out FILE.html] [--serve [--port N] [--open]]
+    xattn stream AUDIO [--server HOST:PORT] [--language L] [--speed X] [--commit-margin S]
+                       [--json | --inspect [--port N] [--open]]
+
+`stream` feeds the file at X times real time through StreamingRecognize (live recognition)
+and shows the finals, the greyed interim guess and the finals' rows growing; `--inspect`
+serves the inspection page instead, following that live stream: one heatmap row per final
+token, a new window each time the server's 30 s buffer slides, words on the stream's clock.
+`inspect --serve` does the same for the file transcription (StreamTranscribe, every head).
 
 Exit status: 0 done; 2 bad audio file (missing, unreadable, empty), an output that cannot
 be written, or bad usage; 3 server unreachable or not ready; 4 the server answered with an
@@ -19,7 +27,7 @@ import json
 import os
 import sys
 import webbrowser
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from rich.console import Console
@@ -223,7 +231,6 @@ def serve_live(
     heads: list[Head] | None,
     console: Console,
 ) -> int:
-    from clients.live import LiveServer
     from clients.render.html import event_dict, page
 
     name = Path(args.audio).name
@@ -239,6 +246,20 @@ def serve_live(
             if isinstance(event, Finished):
                 console.print(f"[green]done[/]: {event.result.text.strip()}")
 
+    return serve_page(args, client, html, events, console)
+
+
+def serve_page(
+    args: argparse.Namespace,
+    client: Client,
+    html: str,
+    events: Callable[[], Iterable[str]],
+    console: Console,
+) -> int:
+    """Serve `html` on 127.0.0.1:args.port, pumping `events` (JSON) from the first page on,
+    until Ctrl-C; closes `client`."""
+    from clients.live import LiveServer
+
     def on_error(e: BaseException) -> str:
         if isinstance(e, ServerError):
             code, message = e.code, e.details
@@ -252,6 +273,7 @@ def serve_live(
     try:
         server = LiveServer(html, events, on_error, args.port)
     except OSError as e:
+        client.close()
         raise Fail(BAD_FILE, f"cannot listen on 127.0.0.1:{args.port}: {e.strerror or e}") from e
     console.print(
         f"inspector at {server.url} (the transcription starts when it is opened; Ctrl-C stops)",
@@ -280,6 +302,12 @@ def main(argv: Sequence[str] | None = None, console: Console | None = None) -> i
         if args.command == "transcribe":
             return transcribe(args, out, err)
         if args.command == "stream":
+            if args.inspect:
+                if args.json:
+                    raise Fail(BAD_FILE, "--inspect and --json do not go together")
+                from clients.stream_inspect import prepare
+
+                return serve_page(args, *prepare(args, out), out)
             from clients.stream_cli import run
 
             return run(args, out, err)

@@ -1,9 +1,11 @@
-"""`xattn stream AUDIO [--speed X] [--json]`: live recognition of a file fed at real-time pace.
+"""`xattn stream AUDIO [--speed X] [--json | --inspect]`: live recognition of a file fed at
+real-time pace.
 
 The terminal shows the final text, the interim guess after it (grey, replaced as it
 changes) and the heatmap of the finals' rows growing, one line per final token (a new
 heatmap each time the server's buffer slides). `--json` prints the finished stream on
-stdout as `xattn transcribe --json` does.
+stdout as `xattn transcribe --json` does; `--inspect [--port N] [--open]` serves the
+inspection page following the stream instead (clients/stream_inspect.py).
 """
 
 from __future__ import annotations
@@ -39,6 +41,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--commit-margin", type=float, help="seconds of audio a token's attention must leave"
     )
+    parser.add_argument(
+        "--inspect",
+        action="store_true",
+        help="serve the inspection page on 127.0.0.1, following the live stream",
+    )
+    parser.add_argument("--port", type=int, default=0, help="port for --inspect (0: a free one)")
+    parser.add_argument("--open", action="store_true", help="open the --inspect page in a browser")
 
 
 class StreamView:

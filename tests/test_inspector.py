@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import subprocess
 import sys
 import threading
@@ -199,3 +200,96 @@ def test_live_page_grows_row_by_row(
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+INTERIM_WATCH = """document.addEventListener("DOMContentLoaded", () => {
+  window.__interims = [];
+  new MutationObserver(() => {
+    const el = document.getElementById("interim");
+    if (el) window.__interims.push(el.textContent);
+  }).observe(document.getElementById("transcript"), { childList: true });
+});"""
+
+
+def test_live_stream_page_follows_streaming_recognize(
+    server: str, jfk_path: Path, page: tuple[Any, list[str]]
+) -> None:
+    """`xattn stream --inspect`: the finals' rows grow on the page as StreamingRecognize runs."""
+    pg, errors = page
+    pg.add_init_script(INTERIM_WATCH)
+    command = [sys.executable, "-m", "clients.cli", "stream", str(jfk_path), "--server", server]
+    proc = subprocess.Popen(
+        [*command, "--inspect", "--port", "0", "--speed", "8"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "COLUMNS": "300"},
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()  # type: ignore[union-attr]
+    try:
+        url = ""
+        while not url:
+            line = lines.get(timeout=30)
+            if "inspector at " in line:
+                url = line.split("inspector at ", 1)[1].split()[0]
+        pg.goto(url)
+        pg.wait_for_function("window.xattn && window.xattn.done", timeout=90_000)
+        assert pg.evaluate("xattn.error") is None
+        done = ""
+        while "final tokens in" not in done:
+            done = lines.get(timeout=10)
+        finals = int(re.search(r"\((\d+) final tokens in", done).group(1))  # type: ignore[union-attr]
+        n = pg.evaluate("xattn.allRows")
+        assert n == finals > 10
+        assert pg.evaluate("xattn.windows") == 1  # 11 s: the buffer never slides
+        assert pg.evaluate("xattn.rows") == n
+        grown = sorted({rows for _, rows in pg.evaluate("xattn.history")})
+        assert len([r for r in grown if 0 < r < n]) >= 1 and grown[-1] == n, grown
+        assert pg.get_attribute("#heatmap", "data-rows") == str(n)
+        tokens = pg.evaluate("xattn.tokens")
+        assert sum(t["word"] is not None for t in tokens) > n // 2  # words on the stream clock
+        bad = [t for t in tokens if not (0 <= t["start"] <= 11.5 and 0 <= t["peakTime"] <= 11.5)]
+        assert bad == [], bad
+        assert "country" in pg.evaluate("xattn.text")
+        assert pg.evaluate("xattn.interim") == "" and not pg.locator("#interim").count()
+        assert any(pg.evaluate("window.__interims")), "no interim text was shown"
+        pg.wait_for_function("document.getElementById('audio').readyState >= 1")
+        assert errors == []
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_live_results_become_page_events() -> None:
+    """A final with a new buffer_offset opens a new window; the same offset widens it."""
+    import numpy as np
+
+    from clients.stream_inspect import PageEvents
+    from clients.streaming import LiveResult, LiveToken
+
+    def final(offset: float, heard: float, *texts: str) -> LiveResult:
+        row = np.zeros((1, 1500), np.float32)
+        toks = tuple(
+            LiveToken(i, 100 + i, t, -0.1, offset + 1.0, offset, row) for i, t in enumerate(texts)
+        )
+        return LiveResult(True, 1.0, "".join(texts), toks, (), offset, heard, heard, 0.0)
+
+    interim = LiveResult(False, 0.5, " maybe", (), (), 0.0, 3.0, 3.0, 0.0)
+    translate = PageEvents("en")
+    runs = [translate(e) for e in (final(0, 2, " a"), interim, final(0, 4, " b"), final(5, 6))]
+    kinds = [[e["type"] for e in run] for run in runs]
+    assert kinds[0] == ["window_start", "token", "segment", "interim"]
+    assert runs[1] == [{"type": "interim", "text": " maybe", "stability": 0.5}]
+    assert kinds[2] == ["window_start", "token", "segment", "interim"]
+    assert [runs[0][0]["num_frames"], runs[2][0]["num_frames"]] == [100, 200]
+    assert runs[2][0]["window"] == runs[2][1]["window"] == 0
+    assert runs[3][0] | {"num_frames": 0} == {
+        "type": "window_start",
+        "window": 1,
+        "offset": 5,
+        "num_frames": 0,
+        "language": "en",
+    }
+    assert runs[3][0]["num_frames"] == 50 and translate.tokens == 2

@@ -10,7 +10,7 @@ const $ = (id) => document.getElementById(id);
 const S = {
   windows: [], segments: [], current: 0, view: "mean", normalize: true, showWords: true,
   v0: 0, v1: FRAMES, selected: -1, hoverRow: -1, hover: null, done: false, error: null,
-  text: "", events: 0, pending: false, pickedWindow: false,
+  text: "", events: 0, pending: false, pickedWindow: false, interim: "",
   history: [],  // [ms, rows drawn] per draw: how the heatmap grew
 };
 
@@ -95,6 +95,14 @@ function peakFrame(rows, numFrames) {
 function handle(ev, quiet) {
   S.events++;
   if (ev.type === "window_start") {
+    const known = S.windows.find((w) => w.window === ev.window);
+    if (known) {  // a live window widening as audio arrives
+      const i = S.windows.indexOf(known), fitted = i === S.current && isFit();
+      known.numFrames = ev.num_frames; known.version++;
+      if (fitted) fit();
+      if (!quiet) refresh();
+      return;
+    }
     S.windows.push({ window: ev.window, offset: ev.offset, numFrames: ev.num_frames,
       language: ev.language, tokens: [], version: 0 });
     if (S.windows.length === 1 || (CONFIG.live && !S.pickedWindow)) {
@@ -105,12 +113,15 @@ function handle(ev, quiet) {
     if (!win) return;
     const t = { ...ev, rows: decodeRows(ev.data, ev.dtype), label: tokenLabel(ev), word: null };
     delete t.data;
-    t.peakFrame = peakFrame(t.rows, win.numFrames);
+    t.peakFrame = ev.peak_time != null ? Math.round((ev.peak_time - win.offset) * FPS)
+      : peakFrame(t.rows, win.numFrames);
     win.tokens.push(t); win.version++;
   } else if (ev.type === "discarded") {
     const win = S.windows.find((w) => w.window === ev.window);
     if (win) { win.tokens = []; win.version++; }
     note(`window ${ev.window}: attempt at T=${ev.temperature} rejected (${ev.reason})`);
+  } else if (ev.type === "interim") {  // live: the guess after the finals, replaced
+    S.interim = ev.text;
   } else if (ev.type === "segment") {
     S.segments.push(ev);
   } else if (ev.type === "done") {
@@ -164,6 +175,12 @@ function renderTranscript() {
     span.onclick = () => playToken(r);
     box.append(span);
   });
+  if (S.interim && S.current === S.windows.length - 1) {
+    const span = document.createElement("span");
+    span.className = "interim"; span.id = "interim"; span.textContent = S.interim;
+    span.title = "interim: not final yet, replaced by the next result";
+    box.append(span);
+  }
 }
 
 function playToken(r) {
@@ -196,10 +213,9 @@ function renderShapes() {
   ${mb(2 * L * A * d * 4)} in fp32).</div>`;
 }
 
-function fit() {
-  const win = currentWindow();
-  S.v0 = 0; S.v1 = win ? Math.min(FRAMES, Math.max(50, win.numFrames + 25)) : FRAMES;
-}
+function fitEnd(win) { return win ? Math.min(FRAMES, Math.max(50, win.numFrames + 25)) : FRAMES; }
+function fit() { S.v0 = 0; S.v1 = fitEnd(currentWindow()); }
+function isFit() { return S.v0 === 0 && S.v1 === fitEnd(currentWindow()); }
 function zoom(factor, centerFrame) {
   const c = centerFrame ?? (S.v0 + S.v1) / 2;
   const span = Math.min(FRAMES, Math.max(20, (S.v1 - S.v0) / factor));
@@ -273,6 +289,8 @@ window.xattn = {
     return w ? w.tokens.map(({ rows, ...t }) => ({ ...t, peakTime: w.offset + t.peakFrame / FPS })) : [];
   },
   get windows() { return S.windows.length; },
+  get allRows() { return S.windows.reduce((a, w) => a + w.tokens.length, 0); },
+  get interim() { return S.interim; },
   get views() { return VIEWS.map((v) => v.id); },
   get view() { return S.view; },
   get hover() { return S.hover; },
