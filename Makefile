@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # pytest's exit status of the last `make test`, for .ci/run (5 = no tests collected)
 PYTEST_EXIT := .pytest-exit
 
-.PHONY: all demo test lint proto install clean-venv
+.PHONY: all demo test fuzz lint proto install clean-venv
 
 all: test
 
@@ -33,6 +33,10 @@ lint: $(STAMP)
 test: lint
 	@rm -f $(PYTEST_EXIT)
 	$(PY) -m pytest -q $(PYTEST_ARGS) || { rc=$$?; echo $$rc > $(PYTEST_EXIT); exit $$rc; }
+
+# The fuzz tests for longer than CI runs them (tests/test_fuzz.py; counts in the summary).
+fuzz: $(STAMP)
+	XATTN_FUZZ_EXAMPLES=5000 XATTN_FUZZ_SECONDS=600 $(PY) -m pytest -q tests/test_fuzz.py
 
 proto: $(STAMP)
 	$(PY) scripts/gen_proto.py

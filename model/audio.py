@@ -122,7 +122,8 @@ def pcm_to_audio(data: bytes, sample_rate: int, encoding: str, channels: int) ->
     frames = np.frombuffer(data, dtype=dtype).reshape(-1, channels)  # [n, channels]
     if encoding == "int16":
         frames = frames.astype(np.float32) / 32768.0
-    return _to_mono_16k(frames, sample_rate)
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf are refused by name below
+        return _to_mono_16k(frames, sample_rate)
 
 
 def _check_channels(channels: int) -> int:
@@ -275,8 +276,10 @@ def decode_audio(
         raise AudioError("audio is empty (0 bytes)")
     if problem := _wav_header_problem(head):
         raise AudioError(problem)
-    audio = _decode_soundfile(opener(), max_seconds) if head.startswith(_SOUNDFILE_MAGIC) else None
-    return _decode_pyav(opener(), max_seconds) if audio is None else audio
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf are refused by name
+        sniffed = head.startswith(_SOUNDFILE_MAGIC)
+        audio = _decode_soundfile(opener(), max_seconds) if sniffed else None
+        return _decode_pyav(opener(), max_seconds) if audio is None else audio
 
 
 @lru_cache(maxsize=16)

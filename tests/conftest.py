@@ -1,5 +1,6 @@
 """Shared fixtures: paths to the test audio in ../shared/audio beside the repository."""
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -30,3 +31,24 @@ def jfk_path() -> Path:
 def multilingual_path() -> Path:
     """60 s, 24 kHz mono MP3: English, then German after 30 s."""
     return _shared("multilingual.mp3")
+
+
+FUZZ_TRIED = pytest.StashKey[Counter]()
+
+
+@pytest.fixture(scope="session")
+def fuzz_tried(request: pytest.FixtureRequest) -> Counter:
+    """Inputs the fuzz tests tried, by kind and outcome; printed in the summary."""
+    return request.config.stash.setdefault(FUZZ_TRIED, Counter())
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    tried = config.stash.get(FUZZ_TRIED, None)
+    if not tried:
+        return
+    terminalreporter.section("fuzzing: inputs tried")
+    for kind, n in sorted(tried.items()):
+        terminalreporter.write_line(f"{kind}: {n}")
+    terminalreporter.write_line(f"total: {sum(tried.values())}")
