@@ -280,6 +280,18 @@ class _BearerToken(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInter
         return continuation(self._with_token(details), request)
 
 
+def resolve_token(token: str | None, token_file: str | Path | None) -> str | None:
+    """`token`, else the first line of `token_file` that is neither blank nor a #comment (the
+    server's --auth-token-file format), else None. Raises OSError or ValueError."""
+    if token or not token_file:
+        return token
+    lines = (line.strip() for line in Path(token_file).read_text().splitlines())
+    token = next((t for t in lines if t and not t.startswith("#")), None)
+    if token is None:
+        raise ValueError(f"no token in {token_file}")
+    return token
+
+
 def connect(
     address: str = "127.0.0.1:50051",
     ca_file: str | Path | None = None,

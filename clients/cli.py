@@ -40,6 +40,7 @@ from clients.api import (
     Unreachable,
     connect,
     read_audio,
+    resolve_token,
 )
 from clients.assemble import mean_rows
 from clients.data import Event, Finished, Head, Result
@@ -88,6 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
             help="bearer token for a server with --auth-token (env XATTN_AUTH_TOKEN)",
         )
         p.add_argument(
+            "--token-file",
+            default=os.environ.get("XATTN_AUTH_TOKEN_FILE") or None,
+            help="read the token from the first line of this file that is not blank or a "
+            "#comment, e.g. the server's token file (env XATTN_AUTH_TOKEN_FILE)",
+        )
+        p.add_argument(
             "--timeout", type=float, default=5.0, help="seconds to wait for a connection"
         )
 
@@ -121,13 +128,21 @@ def check_outputs(*paths: str | None) -> None:
             raise Fail(BAD_FILE, f"cannot write {path}: its folder does not exist")
 
 
+def token_of(args: argparse.Namespace) -> str | None:
+    """--token, else the first token in --token-file, else None."""
+    try:
+        return resolve_token(args.token, args.token_file)
+    except (OSError, ValueError) as e:
+        raise Fail(BAD_FILE, f"cannot use the token file: {e}") from e
+
+
 def open_client(args: argparse.Namespace) -> tuple[bytes, Client]:
     try:
         audio = read_audio(args.audio)
     except AudioFileError as e:
         raise Fail(BAD_FILE, f"bad audio file: {e}") from e
     try:
-        client = connect(args.server, ca_file=args.ca, timeout=args.timeout, token=args.token)
+        client = connect(args.server, ca_file=args.ca, timeout=args.timeout, token=token_of(args))
         client.info()
     except Unreachable as e:
         raise Fail(UNREACHABLE, unreachable_message(e)) from e

@@ -128,7 +128,9 @@ def prepare(
 
     pcm = read_pcm16(args.audio)
     audio = read_audio(args.audio)
-    token = getattr(args, "token", None)
+    from clients.cli import token_of
+
+    token = token_of(args)
     client = connect(args.server, ca_file=args.ca, timeout=args.timeout, token=token)
     info = client.info()
     name = Path(args.audio).name

@@ -45,7 +45,8 @@ def bearer_token() -> str | None:
             lines = Path(path).read_text().splitlines()
         except OSError:
             return None
-        return next((line.strip() for line in lines if line.strip()), None)
+        tokens = (line.strip() for line in lines)  # as the server reads it: no blanks, no #
+        return next((t for t in tokens if t and not t.startswith("#")), None)
     return None
 
 

@@ -31,6 +31,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"
+COMPOSE_TLS = ROOT / "docker-compose.tls.yml"
+MAKE_SECRETS = ROOT / "deploy" / "make_secrets.sh"
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
 PROBE = ROOT / "deploy" / "health_probe.py"
@@ -601,11 +603,6 @@ def test_client_demo_command_against_the_server(server: int, tmp_path: Path) -> 
 
 def test_probe_follows_the_servers_tls_and_auth(tmp_path: Path) -> None:
     """With XATTN_TLS_* and a token file in its environment, the probe speaks TLS and sends it."""
-    help_text = subprocess.run(
-        [sys.executable, "-m", "service", "--help"], cwd=ROOT, capture_output=True, text=True
-    ).stdout
-    if "--tls-cert" not in help_text or "--auth-exempt-health" not in help_text:
-        pytest.skip("this xattn-server has no TLS/auth flags")
     if shutil.which("openssl") is None:
         pytest.skip("openssl is not installed")
     cert, key, tokens = tmp_path / "cert.pem", tmp_path / "key.pem", tmp_path / "tokens"
@@ -628,3 +625,82 @@ def test_probe_follows_the_servers_tls_and_auth(tmp_path: Path) -> None:
         assert wrong.returncode == 1 and "UNAUTHENTICATED" in wrong.stderr
         right = probe(port, env={**tls, "XATTN_AUTH_TOKEN": "secret-two"})
         assert right.returncode == 0, right.stderr
+
+
+# --- the TLS/auth override ----------------------------------------------------------------------
+
+
+def merged_tls_config(secrets: Path) -> dict[str, Any]:
+    """`docker-compose -f docker-compose.yml -f docker-compose.tls.yml config`, parsed."""
+    done = subprocess.run(
+        [docker_compose(), "-f", str(COMPOSE), "-f", str(COMPOSE_TLS), "config"],
+        cwd=ROOT,
+        env={**clean_env(), "XATTN_SECRETS": str(secrets)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and "WARNING" not in done.stderr, done.stderr
+    return yaml.safe_load(done.stdout)
+
+
+def test_tls_override_passes_the_validators(tmp_path: Path) -> None:
+    schema = run_check_jsonschema(COMPOSE_TLS)
+    assert schema.returncode == 0, schema.stdout + schema.stderr
+    merged = merged_tls_config(tmp_path)
+    server, client = merged["services"]["server"], merged["services"]["client"]
+    assert server["environment"]["XATTN_HOST"] == "0.0.0.0"  # explicit, in the base file
+    assert {"XATTN_TLS_CERT", "XATTN_TLS_KEY", "XATTN_AUTH_TOKEN_FILE"} <= set(
+        server["environment"]
+    )
+    assert set(server["environment"]) - {"OMP_NUM_THREADS"} <= server_env_vars() | {
+        "XATTN_PROBE_SERVER_NAME"
+    }
+    assert [s["source"] for s in server["secrets"]] == ["xattn_cert", "xattn_key", "xattn_tokens"]
+    assert "--ca" in client["command"] and "--token-file" in client["command"]
+    assert merged["secrets"]["xattn_key"]["file"] == str(tmp_path / "server.key")
+
+
+def test_tls_override_end_to_end(tmp_path: Path) -> None:
+    """deploy/make_secrets.sh; the merged server environment on a real server (secrets at
+    their files, not /run/secrets); its health probe; the merged client command against it,
+    and the same command without the token (UNAUTHENTICATED)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    secrets = tmp_path / "secrets"
+    made = subprocess.run(["bash", str(MAKE_SECRETS), str(secrets)], capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    merged = merged_tls_config(secrets)
+    mounts = {f"/run/secrets/{k}": v["file"] for k, v in merged["secrets"].items()}
+
+    def local(word: str) -> str:
+        return mounts.get(word, word)
+
+    server_env = {k: local(str(v)) for k, v in merged["services"]["server"]["environment"].items()}
+    server_env = {k: v for k, v in server_env.items() if k not in ("XATTN_HOST", "XATTN_PORT")}
+    with running_server(tmp_path, server_env) as port:  # the probe (TLS, name `server`) says 0
+        command = [local(w) for w in merged["services"]["client"]["command"]]
+        command = [w.replace("/out/", f"{tmp_path}/") for w in command]
+        command[command.index("--server") + 1] = f"localhost:{port}"
+        script = Path(sys.executable).with_name(command[0])
+        argv = [str(script)] if script.is_file() else [sys.executable, "-m", "clients.cli"]
+        done = subprocess.run(
+            [*argv, *command[1:]],
+            cwd=ROOT,
+            env=clean_env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert (tmp_path / "index.html").is_file()
+        at = command.index("--token-file")
+        refused = subprocess.run(
+            [*argv, *command[1:at], *command[at + 2 :]],
+            cwd=ROOT,
+            env=clean_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert refused.returncode != 0 and "UNAUTHENTICATED" in refused.stderr, refused.stderr
