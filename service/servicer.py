@@ -26,6 +26,7 @@ except ImportError:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_KEY = "retry-after-ms"
+PUSHBACK_KEY = "grpc-retry-pushback-ms"  # gRPC's retry design (A6): the server's pushback
 Context = grpc.aio.ServicerContext
 Request = pb.TranscribeRequest | pb.StreamTranscribeRequest
 
@@ -50,8 +51,14 @@ def error_status(e: BaseException) -> grpc.StatusCode | None:
 
 
 def retry_metadata(e: Overloaded) -> tuple[tuple[str, str | bytes], ...]:
-    """`retry-after-ms`, and google.rpc.RetryInfo in grpc-status-details-bin when available."""
-    metadata: list[tuple[str, str | bytes]] = [(RETRY_AFTER_KEY, str(e.retry_after_ms))]
+    """The retry hint three ways: `retry-after-ms`; `grpc-retry-pushback-ms`, which gRPC's
+    built-in retries (a service config's retryPolicy) obey; and google.rpc.RetryInfo in
+    grpc-status-details-bin when available."""
+    delay_ms = str(e.retry_after_ms)
+    metadata: list[tuple[str, str | bytes]] = [
+        (RETRY_AFTER_KEY, delay_ms),
+        (PUSHBACK_KEY, delay_ms),
+    ]
     if status_pb2 is not None:
         delay = duration_pb2.Duration()
         delay.FromMilliseconds(e.retry_after_ms)

@@ -7,6 +7,7 @@ except under CI=true, where a missing browser is a failure.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -162,18 +163,16 @@ def test_static_page(
     assert errors == []
 
 
-def test_live_page_grows_row_by_row(
-    server: str, jfk_path: Path, page: tuple[Any, list[str]]
-) -> None:
-    pg, errors = page
-    command = [sys.executable, "-m", "clients.cli", "inspect", str(jfk_path)]
+@contextlib.contextmanager
+def serving_cli(args: list[str], columns: int) -> Iterator[tuple[str, queue.Queue[str]]]:
+    """`python -m clients.cli ARGS` that serves the page: (its URL, its output lines)."""
     proc = subprocess.Popen(
-        [*command, "--server", server, "--serve", "--port", "0"],
+        [sys.executable, "-m", "clients.cli", *args],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, "COLUMNS": "200"},
+        env={**os.environ, "COLUMNS": str(columns)},
     )
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()  # type: ignore[union-attr]
@@ -184,6 +183,18 @@ def test_live_page_grows_row_by_row(
             if "inspector at " in line:
                 url = line.split("inspector at ", 1)[1].split()[0]
         assert url.startswith("http://127.0.0.1:")
+        yield url, lines
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_live_page_grows_row_by_row(
+    server: str, jfk_path: Path, page: tuple[Any, list[str]]
+) -> None:
+    pg, errors = page
+    args = ["inspect", str(jfk_path), "--server", server, "--serve", "--port", "0"]
+    with serving_cli(args, 200) as (url, _):
         pg.goto(url)
         pg.wait_for_function("window.xattn && window.xattn.done", timeout=60_000)
         assert pg.evaluate("xattn.error") is None
@@ -197,9 +208,6 @@ def test_live_page_grows_row_by_row(
             " ask what you can do for your country"
         )
         assert errors == []
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 INTERIM_WATCH = """document.addEventListener("DOMContentLoaded", () => {
@@ -217,23 +225,8 @@ def test_live_stream_page_follows_streaming_recognize(
     """`xattn stream --inspect`: the finals' rows grow on the page as StreamingRecognize runs."""
     pg, errors = page
     pg.add_init_script(INTERIM_WATCH)
-    command = [sys.executable, "-m", "clients.cli", "stream", str(jfk_path), "--server", server]
-    proc = subprocess.Popen(
-        [*command, "--inspect", "--port", "0", "--speed", "8"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "COLUMNS": "300"},
-    )
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()  # type: ignore[union-attr]
-    try:
-        url = ""
-        while not url:
-            line = lines.get(timeout=30)
-            if "inspector at " in line:
-                url = line.split("inspector at ", 1)[1].split()[0]
+    args = ["stream", str(jfk_path), "--server", server, "--inspect", "--port", "0"]
+    with serving_cli([*args, "--speed", "8"], 300) as (url, lines):
         pg.goto(url)
         pg.wait_for_function("window.xattn && window.xattn.done", timeout=90_000)
         assert pg.evaluate("xattn.error") is None
@@ -257,9 +250,6 @@ def test_live_stream_page_follows_streaming_recognize(
         assert any(pg.evaluate("window.__interims")), "no interim text was shown"
         pg.wait_for_function("document.getElementById('audio').readyState >= 1")
         assert errors == []
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def test_live_results_become_page_events() -> None:

@@ -338,5 +338,40 @@ def test_overload_is_resource_exhausted_with_retry_hint(
         retry = error_details_pb2.RetryInfo()
         assert status.details[0].Unpack(retry) and retry.retry_delay.ToMilliseconds() > 0
         assert wait_idle(small.engine).rejected == 1
+        assert trailing["grpc-retry-pushback-ms"] == trailing["retry-after-ms"]
+    finally:
+        small.stop()
+
+
+def test_builtin_grpc_retries_follow_the_pushback(pipeline: Pipeline, jfk_audio: pb.Audio) -> None:
+    """A client whose service config retries RESOURCE_EXHAUSTED waits as told and gets in."""
+    import json
+    import threading
+
+    policy = {
+        "maxAttempts": 5,
+        "initialBackoff": "0.1s",
+        "maxBackoff": "1s",
+        "backoffMultiplier": 2,
+        "retryableStatusCodes": ["RESOURCE_EXHAUSTED"],
+    }
+    config = {
+        "methodConfig": [{"name": [{"service": "xattn.v1.Transcriber"}], "retryPolicy": policy}]
+    }
+    options = [("grpc.enable_retries", 1), ("grpc.service_config", json.dumps(config))]
+    small = BackgroundServer(ServerConfig(port=0, workers=1, max_queue=0), pipeline)
+    try:
+        with grpc.insecure_channel(small.address, options=options) as ch:
+            stub = transcriber_pb2_grpc.TranscriberStub(ch)
+            running = stub.StreamTranscribe(pb.StreamTranscribeRequest(audio=jfk_audio), timeout=60)
+            assert next(running).WhichOneof("event") == "window_start"  # the only slot is taken
+            drain = threading.Thread(target=lambda: list(running))
+            drain.start()
+            short = pb.Audio(pcm=pb.Pcm(data=bytes(16000), sample_rate=16000, encoding=1))
+            reply = stub.Transcribe(pb.TranscribeRequest(audio=short), timeout=60)
+            drain.join(60)
+        assert reply.transcript is not None
+        counters = wait_idle(small.engine)
+        assert counters.rejected >= 1 and counters.finished == 2  # refused, retried, served
     finally:
         small.stop()
