@@ -101,7 +101,8 @@ def _resample(mono: np.ndarray, sample_rate: int) -> np.ndarray:
 
 def _to_mono_16k(frames: np.ndarray, sample_rate: int) -> np.ndarray:
     """[n, channels] float samples at ``sample_rate`` -> [m] float32 at 16 kHz, in [-1, 1]."""
-    mono = _check_samples(frames).mean(axis=1, dtype=np.float32)  # [n]
+    mono = _mix(_check_samples(frames), axis=1)  # [n]
+    mono = np.clip(mono, -1.0, 1.0)  # full scale: a float file may hold anything finite
     if sample_rate != SAMPLE_RATE:
         mono = _resample(np.ascontiguousarray(mono), sample_rate)  # [m]
     return check_audio(np.clip(mono, -1.0, 1.0).astype(np.float32, copy=False))
@@ -181,7 +182,7 @@ def _decode_soundfile(src: object, max_seconds: float | None) -> np.ndarray | No
                 frames = f.read(frames=want, dtype="float32", always_2d=True)  # [k, channels]
                 if not len(frames):
                     break
-                chunks.append(frames.mean(axis=1, dtype=np.float32))  # [k]
+                chunks.append(_mix(frames, axis=1))  # [k]
                 n += len(frames)
                 if limit is not None and n > limit:
                     raise _too_long(n, rate, channels, max_seconds or 0, "over")
@@ -237,7 +238,13 @@ def _frame_to_mono(frame: av.AudioFrame) -> np.ndarray:
     if x.dtype.kind in "iu":  # integer PCM: full scale is 2^(bits - 1); unsigned is offset
         half = float(2 ** (8 * x.dtype.itemsize - 1))
         x = (x.astype(np.float64) - (half if x.dtype.kind == "u" else 0.0)) / half
-    return x.mean(axis=0, dtype=np.float32)  # [samples]
+    return _mix(x, axis=0)  # [samples]
+
+
+def _mix(x: np.ndarray, axis: int) -> np.ndarray:
+    """The mean over channels, as float32: summed in float64, so that loud finite floats
+    (up to 3.4e38) do not overflow to Inf on the way."""
+    return x.mean(axis=axis, dtype=np.float64).astype(np.float32)
 
 
 def _wav_header_problem(head: bytes) -> str | None:

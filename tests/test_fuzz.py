@@ -225,6 +225,21 @@ def test_float_pcm_with_nan_and_inf(
     assert (out is None) == (not np.isfinite(frames).all())  # refused exactly when not finite
 
 
+def test_loud_finite_floats_are_clipped_not_refused() -> None:
+    """Found by test_float_pcm_with_nan_and_inf: the channel mean of 2^127 and 2^127 was
+    summed in float32, overflowed to Inf, and the file was refused as non-finite."""
+    frames = np.full((1600, 2), 3e38, np.float32)  # [n, 2]
+    buffer = io.BytesIO()
+    sf.write(buffer, frames, 16000, format="WAV", subtype="FLOAT")
+    for audio in (
+        decode_audio(buffer.getvalue()),
+        pcm_to_audio(frames.tobytes(), 16000, "float32", 2),
+        pcm_to_audio(frames.tobytes(), 44100, "float32", 2),  # through the resampler
+    ):
+        check_output(audio)
+        assert float(audio[len(audio) // 2]) == 1.0  # full scale, not refused
+
+
 @decoder_settings
 @given(
     data=st.binary(min_size=1, max_size=4096),
