@@ -232,7 +232,10 @@ def _decode_pyav(src: object, max_seconds: float | None) -> np.ndarray:
 
 def _frame_to_mono(frame: av.AudioFrame) -> np.ndarray:
     """One decoded PyAV frame (any sample format, any layout) -> [samples] float32."""
-    x = frame.to_ndarray()  # planar: [channels, samples]; packed: [1, samples * channels]
+    try:
+        x = frame.to_ndarray()  # planar: [channels, samples]; packed: [1, samples * channels]
+    except (KeyError, ValueError) as e:  # e.g. 64-bit integer PCM: PyAV has no numpy view
+        raise AudioError(f"unsupported sample format {frame.format.name!r}") from e
     if not frame.format.is_planar:
         x = x.reshape(-1, frame.layout.nb_channels).T  # [channels, samples]
     if x.dtype.kind in "iu":  # integer PCM: full scale is 2^(bits - 1); unsigned is offset

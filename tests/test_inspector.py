@@ -243,7 +243,9 @@ def test_live_stream_page_follows_streaming_recognize(
         assert pg.get_attribute("#heatmap", "data-rows") == str(n)
         tokens = pg.evaluate("xattn.tokens")
         assert sum(t["word"] is not None for t in tokens) > n // 2  # words on the stream clock
-        bad = [t for t in tokens if not (0 <= t["start"] <= 11.5 and 0 <= t["peakTime"] <= 11.5)]
+        # a word starts within the audio; a token's attention may peak anywhere in its 30 s
+        # window, padding included (punctuation often looks at the end of the window)
+        bad = [t for t in tokens if not (0 <= t["start"] <= 11.5 and 0 <= t["peakTime"] <= 30)]
         assert bad == [], bad
         assert "country" in pg.evaluate("xattn.text")
         assert pg.evaluate("xattn.interim") == "" and not pg.locator("#interim").count()
