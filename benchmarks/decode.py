@@ -241,18 +241,20 @@ def ct2_dir(name: str) -> Path | None:
     return path if (path / "model.bin").is_file() else None
 
 
-def end_to_end_cases(pipe: Pipeline, data: bytes, name: str) -> dict[str, Callable[[], str]]:
+def end_to_end_cases(
+    pipe: Pipeline, fast: Pipeline, data: bytes, name: str
+) -> dict[str, Callable[[], str]]:
     """File bytes in, text out. Every case decodes the bytes with our `decode_audio` (the same
     front end for all), then runs its own mel, encoder, greedy decode (temperature 0, no
     fallback, beam 1) and, where asked, word alignment."""
     import whisper
     from faster_whisper import WhisperModel
 
-    def ours(**kw) -> Callable[[], str]:
+    def ours(p: Pipeline = pipe, **kw) -> Callable[[], str]:
         opts = DecodeOptions(temperatures=(0.0,), **kw)
 
         def run() -> str:
-            events = pipe.transcribe(decode_audio(data), opts)
+            events = p.transcribe(decode_audio(data), opts)
             return next(e for e in events if isinstance(e, Transcript)).text
 
         return run
@@ -273,6 +275,7 @@ def end_to_end_cases(pipe: Pipeline, data: bytes, name: str) -> dict[str, Callab
         "ours": ours(),
         "ours +attention rows": ours(return_attention=True),
         "ours +word_timestamps": ours(word_timestamps=True),
+        f"ours {fast.compute} +attention rows": ours(fast, return_attention=True),
         "openai-whisper": openai(False),
         "openai-whisper +word_timestamps": openai(True),
     }
@@ -359,6 +362,7 @@ def main(argv: list[str] | None = None) -> None:
     t_start = time.perf_counter()
 
     pipe = load_pipeline(args.model)
+    fast = load_pipeline(args.model, compute="bf16-encoder")
     dims = pipe.dims
     data = args.clip.read_bytes()
     audio = decode_audio(data)
@@ -389,6 +393,13 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"   GFLOP/s               {total / enc / 1e9:8.1f}   "
         f"= {total / enc / 1e9 / ceiling:.0%} of the fp32 matmul ceiling ({ceiling:.0f})"
+    )
+    enc_fast = encoder_seconds(fast, mel, repeats)
+    bf16 = max(v for k, v in mm.items() if k.startswith("bf16"))
+    print(
+        f"   {fast.compute}: {enc_fast * 1e3:.1f} ms = {total / enc_fast / 1e9:.1f} GFLOP/s = "
+        f"{total / enc_fast / 1e9 / bf16:.0%} of the bf16 ceiling ({bf16:.0f}); "
+        f"{enc / enc_fast:.2f}x the fp32 encoder's speed"
     )
 
     # 3. decoder
@@ -427,7 +438,7 @@ def main(argv: list[str] | None = None) -> None:
     )
 
     # 4. end to end
-    cases = end_to_end_cases(pipe, data, args.model)
+    cases = end_to_end_cases(pipe, fast, data, args.model)
     texts = {name: fn() for name, fn in cases.items()}
     times = round_robin(cases, repeats, warmup=0)  # the call above was the warm-up
     secs = {name: median(ts) for name, ts in times.items()}

@@ -102,10 +102,13 @@ class Pipeline:
         return time.perf_counter() - t0
 
 
-def build_pipeline(ckpt: Checkpoint, device: str = "cpu") -> Pipeline:
+def build_pipeline(ckpt: Checkpoint, device: str = "cpu", compute: str = "fp32") -> Pipeline:
     model = Whisper(ckpt.dims)
     model.load_state_dict(ckpt.state_dict)
     model.eval().to(device)
+    model.set_compute(compute)
+    if "bf16" in compute and torch.device(device).type == "cpu" and not _cpu_has_bf16():
+        log.warning("this CPU has no native bf16: %s will be slower than fp32", compute)
     tokenizer = Tokenizer(
         ckpt.tokenizer_file,
         multilingual=ckpt.dims.is_multilingual,
@@ -124,12 +127,24 @@ def build_pipeline(ckpt: Checkpoint, device: str = "cpu") -> Pipeline:
         suppress_blank=tuple(suppress_blank),
         aligner=WordAligner(model, tokenizer, heads),
     )
-    return Pipeline(ckpt.name, ckpt.dtype, "fp32", str(device), context, heads)
+    return Pipeline(ckpt.name, ckpt.dtype, compute, str(device), context, heads)
 
 
-def load_pipeline(name_or_path: str | Path = "tiny.en", device: str = "cpu") -> Pipeline:
-    """Load `tiny.en`, `base`, a CTranslate2 directory or an openai-whisper `.pt` file."""
+def _cpu_has_bf16() -> bool:
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def load_pipeline(
+    name_or_path: str | Path = "tiny.en", device: str = "cpu", compute: str = "fp32"
+) -> Pipeline:
+    """Load `tiny.en`, `base`, a CTranslate2 directory or an openai-whisper `.pt` file.
+
+    compute: "fp32" (exact, the default) or "bf16-encoder" (see model.whisper)."""
     t0 = time.perf_counter()
-    pipe = build_pipeline(load_checkpoint(name_or_path), device)
-    log.info("loaded %s on %s in %.2f s", pipe.name, device, time.perf_counter() - t0)
+    pipe = build_pipeline(load_checkpoint(name_or_path), device, compute)
+    seconds = time.perf_counter() - t0
+    log.info("loaded %s (%s) on %s in %.2f s", pipe.name, compute, device, seconds)
     return pipe

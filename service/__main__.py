@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
+from model.whisper import COMPUTES
 from service.security import SecurityConfigError, read_tokens
 from service.server import LIVE_MAX_SECONDS, ServerConfig, serve
 
@@ -57,6 +58,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     flag("port", int, DEFAULTS.port, "port to listen on; 0 picks a free one")
     flag("model", str, DEFAULTS.model, "tiny.en, base, a CTranslate2 dir or an openai .pt")
     flag("device", str, DEFAULTS.device, "torch device")
+    flag("compute", str, DEFAULTS.compute, "fp32 (exact) or bf16-encoder (faster encoder)")
     flag("workers", int, DEFAULTS.workers, "transcriptions decoded at once")
     flag("max-queue", int, DEFAULTS.max_queue, "transcriptions that may wait for a worker")
     flag("max-audio-seconds", float, DEFAULTS.max_audio_seconds, "longest audio accepted")
@@ -98,6 +100,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--workers must be >= 1, --max-queue >= 0, --max-audio-seconds > 0")
     if args.max_message_mb <= 0:
         parser.error("--max-message-mb must be > 0")
+    if args.compute not in COMPUTES:
+        parser.error(f"--compute must be one of {', '.join(COMPUTES)}")
     if args.live_idle_timeout <= 0 or (args.live_max_seconds or 1) <= 0:
         parser.error("--live-idle-timeout and --live-max-seconds must be > 0")
     return args
@@ -109,6 +113,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         port=args.port,
         model=args.model,
         device=args.device,
+        compute=args.compute,
         workers=args.workers,
         max_queue=args.max_queue,
         max_audio_seconds=args.max_audio_seconds,

@@ -42,6 +42,7 @@ class ServerConfig:
     port: int = 50051  # 0: any free port (see port_file)
     model: str = "tiny.en"
     device: str = "cpu"
+    compute: str = "fp32"  # or "bf16-encoder" (model.whisper.COMPUTES)
     workers: int = 1
     max_queue: int = 8
     max_audio_seconds: float = 1800.0
@@ -143,7 +144,8 @@ class Server:
     def _load_pipeline(self) -> Pipeline:
         if self._pipeline is not None:
             return self._pipeline
-        return load_pipeline(self.config.model, device=self.config.device)
+        config = self.config
+        return load_pipeline(config.model, device=config.device, compute=config.compute)
 
     async def _load(self) -> None:
         pipe = await self.engine.load(self._load_pipeline)
