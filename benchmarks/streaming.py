@@ -132,13 +132,14 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=4, help="concurrent streams, 2nd part")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--commit-margin", type=float, default=None)
+    parser.add_argument("--compute", default="fp32", help="fp32 or bf16-encoder")
     args = parser.parse_args()
 
     clip = read_pcm16(args.clip)
     gap = bytes(2 * RATE)
     pcm = gap.join([clip] * args.repeat)
     audio_seconds = len(pcm) / 2 / RATE
-    pipe = load_pipeline("tiny.en")
+    pipe = load_pipeline("tiny.en", compute=args.compute)
     config = ServerConfig(port=0, workers=args.workers, max_queue=max(8, args.streams))
     print(
         f"tiny.en, {audio_seconds:.1f} s of audio ({args.clip.name} x {args.repeat}), speed "
