@@ -102,7 +102,16 @@ class Pipeline:
         return time.perf_counter() - t0
 
 
+def resolve_compute(compute: str, device: str = "cpu") -> str:
+    """ "auto" -> the fastest path that transcribes token-identically to fp32 here:
+    "bf16-encoder" on a CPU with native bf16, else "fp32". Other values pass through."""
+    if compute != "auto":
+        return compute
+    return "bf16-encoder" if torch.device(device).type == "cpu" and _cpu_has_bf16() else "fp32"
+
+
 def build_pipeline(ckpt: Checkpoint, device: str = "cpu", compute: str = "fp32") -> Pipeline:
+    compute = resolve_compute(compute, device)
     model = Whisper(ckpt.dims)
     model.load_state_dict(ckpt.state_dict)
     model.eval().to(device)
@@ -142,9 +151,10 @@ def load_pipeline(
 ) -> Pipeline:
     """Load `tiny.en`, `base`, a CTranslate2 directory or an openai-whisper `.pt` file.
 
-    compute: "fp32" (exact, the default) or "bf16-encoder" (see model.whisper)."""
+    compute: "fp32" (exact, the default), "bf16-encoder" (see model.whisper) or "auto"
+    (resolve_compute)."""
     t0 = time.perf_counter()
     pipe = build_pipeline(load_checkpoint(name_or_path), device, compute)
     seconds = time.perf_counter() - t0
-    log.info("loaded %s (%s) on %s in %.2f s", pipe.name, compute, device, seconds)
+    log.info("loaded %s (%s) on %s in %.2f s", pipe.name, pipe.compute, device, seconds)
     return pipe

@@ -12,7 +12,7 @@ import pytest
 
 from model.audio import decode_audio
 from model.decoding import DecodeOptions
-from model.pipeline import Pipeline, load_pipeline
+from model.pipeline import Pipeline, _cpu_has_bf16, load_pipeline, resolve_compute
 from model.results import TokenEvent, Transcript
 from service.__main__ import config_from_args, parse_args
 from service.background import BackgroundServer
@@ -73,3 +73,11 @@ def test_server_runs_and_reports_the_compute_path() -> None:
             stub = transcriber_pb2_grpc.TranscriberStub(channel)
             info = stub.GetModelInfo(pb.GetModelInfoRequest(), timeout=10)
     assert info.compute_type == "bf16-encoder"
+
+
+def test_auto_picks_bf16_encoder_only_where_the_cpu_has_bf16() -> None:
+    assert resolve_compute("fp32") == "fp32"
+    assert resolve_compute("bf16-encoder") == "bf16-encoder"
+    assert resolve_compute("auto") == ("bf16-encoder" if _cpu_has_bf16() else "fp32")
+    assert resolve_compute("auto", "cuda") == "fp32"  # not measured there yet
+    assert parse_args([]).compute == "auto"  # the server's default
