@@ -8,13 +8,15 @@ as a table:
 1. matmul: the machine's fp32 (and, for reference, bf16) GFLOP/s, best of N, and its memory
    read bandwidth;
 2. encoder: median time of one 30 s window, its analytical GFLOP count and GFLOP/s, and the
-   ratio to the fp32 matmul ceiling;
+   ratio to the fp32 matmul ceiling; the same for `--compute bf16-encoder` against the bf16
+   ceiling;
 3. decoder: ms/token driven directly with a fixed (teacher-forced) token sequence of 20 and of
    200 tokens, with the KV cache and without it (full prefix recomputed every step), with and
    without the cross-attention scores returned;
 4. end to end (file bytes in, text out): ours (plain, per-token attention rows, word
-   timestamps), openai-whisper (plain, word timestamps) and faster-whisper float32 and int8
-   (plain, word timestamps), as seconds, as a ratio to ours, and the word-timestamp cost.
+   timestamps; bf16-encoder with rows), openai-whisper (plain, word timestamps) and
+   faster-whisper float32 and int8 (plain, word timestamps), as seconds, as a ratio to ours,
+   and the word-timestamp cost.
 
 Every timing is the median of `--repeats` runs after a warm-up, and the cases of a section are
 run round-robin (case A, B, C, A, B, C, ...) so that noise from a shared machine falls on all

@@ -132,7 +132,7 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=4, help="concurrent streams, 2nd part")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--commit-margin", type=float, default=None)
-    parser.add_argument("--compute", default="fp32", help="fp32 or bf16-encoder")
+    parser.add_argument("--compute", default="auto", help="fp32, bf16-encoder or auto")
     args = parser.parse_args()
 
     clip = read_pcm16(args.clip)
