@@ -142,7 +142,7 @@ def open_client(args: argparse.Namespace) -> tuple[bytes, Client]:
     except AudioFileError as e:
         raise Fail(BAD_FILE, f"bad audio file: {e}") from e
     try:
-        client = connect(args.server, ca_file=args.ca, timeout=args.timeout, token=token_of(args))
+        client = connect(args.server, ca_file=args.ca, timeout=args.timeout, token=args.token)
         client.info()
     except Unreachable as e:
         raise Fail(UNREACHABLE, unreachable_message(e)) from e
@@ -314,6 +314,7 @@ def main(argv: Sequence[str] | None = None, console: Console | None = None) -> i
     err = Console(stderr=True)
     out = console or Console()
     try:
+        args.token = token_of(args)  # once, for every command: --token, else --token-file
         if args.command == "transcribe":
             return transcribe(args, out, err)
         if args.command == "stream":

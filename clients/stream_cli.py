@@ -119,9 +119,7 @@ def run(args: argparse.Namespace, console: Console, err: Console) -> int:
     """Stream `args.audio` to `args.server`; raises clients.api's errors (cli maps them)."""
     pcm = read_pcm16(args.audio)
     duration = len(pcm) / 2 / 16000
-    from clients.cli import token_of
-
-    token = token_of(args)
+    token = args.token  # cli.main resolved --token-file into it
     with connect(args.server, ca_file=args.ca, timeout=args.timeout, token=token) as client:
         info = client.info()
         config = live_config(

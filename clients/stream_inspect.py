@@ -128,9 +128,7 @@ def prepare(
 
     pcm = read_pcm16(args.audio)
     audio = read_audio(args.audio)
-    from clients.cli import token_of
-
-    token = token_of(args)
+    token = args.token  # cli.main resolved --token-file into it
     client = connect(args.server, ca_file=args.ca, timeout=args.timeout, token=token)
     info = client.info()
     name = Path(args.audio).name
