@@ -8,11 +8,15 @@ The policy (AlignAtt with local agreement), run each time `feed` brings new audi
    benchmarks/streaming.py).
 2. The decoder continues after the text already committed in this buffer (forced as a
    prefix) and the text committed before it (the prompt), greedy, without timestamps.
-3. A new token is committed when its cross-attention peak (mean over the alignment heads) lies
-   more than `commit_margin` seconds before the newest audio: the decoder has stopped looking
-   at the edge, so more audio will not change it. A token the previous decode proposed at the
-   same place is committed too (local agreement), when `agreement` is on. Commits stop at the
-   first token that fails both, and never split a word.
+3. A token is committed once it is decided, by either of two signals:
+   - heard: its cross-attention peak (mean over the alignment heads), and the next token's,
+     lie more than `commit_margin` seconds before the newest audio (the decoder has moved on
+     past it, so more audio will not change it), and the previous decode did not propose a
+     different token at this place (a changed mind is not yet settled);
+   - agreed (`agreement`): the previous decode proposed this token and the next one at the
+     same place (local agreement over two tokens).
+   Commits stop at the first undecided token and never split a word; the last token of a
+   hypothesis always waits, since nothing after it shows that the decoder has moved on.
 4. When the buffer grows past `max_buffer`, it slides to the end of the last committed word;
    the committed text moves into the prompt.
 `finish` decodes what is left and commits everything. Finals are never revised.
@@ -37,7 +41,7 @@ from model.transcribe import Context
 @dataclass(frozen=True)
 class LiveOptions:
     language: str | None = None  # None: "en", or detected on the first decode (multilingual)
-    commit_margin: float = 0.2  # seconds: attention this close to the newest audio waits
+    commit_margin: float = 0.3  # seconds: attention this close to the newest audio waits
     agreement: bool = True  # also commit what two successive decodes agree on
     min_step: float = 0.3  # seconds of new audio before decoding again
     max_buffer: float = 25.0  # seconds: slide the buffer before the 30 s window fills
@@ -192,10 +196,13 @@ class LiveTranscriber:
 
     def _commit_count(self, hypothesis: list[LiveToken]) -> int:
         edge = self.received - self.options.commit_margin
+        previous = self.previous
         n = 0
-        for i, t in enumerate(hypothesis):
-            agreed = self.options.agreement and i < len(self.previous) and self.previous[i] == t.id
-            if not (t.peak_time < edge or agreed):
+        for i, (t, after) in enumerate(zip(hypothesis, hypothesis[1:], strict=False)):
+            proposed = previous[i] if i < len(previous) else None
+            heard = t.peak_time < edge and after.peak_time < edge and proposed in (None, t.id)
+            agreed = self.options.agreement and previous[i : i + 2] == [t.id, after.id]
+            if not (heard or agreed):
                 break
             n = i + 1
         while 0 < n < len(hypothesis) and not self._starts_word(hypothesis[n]):

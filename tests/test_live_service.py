@@ -1,19 +1,15 @@
 """StreamingRecognize end to end: a real server on an ephemeral port, real channels, tiny.en.
 
 jfk.flac (11 s) is sent as 100 ms int16 chunks at 4x real time. The live transcript is held
-to the offline Transcribe text within one word (case and punctuation aside): the live policy
-decides on partial audio, e.g. in-process it gives " And so my fellow Americans. Ask not.
-Watch your country can do for you. Ask what you can do for your country." against the offline
-" And so my fellow Americans ask not what your country can do for you ask what you can do
-for your country" (one word differs); how the audio is cut into steps depends on the load.
+to the offline Transcribe text within one word (case and punctuation aside). How the audio is
+cut into decode steps depends on the load; tests/test_streaming_model.py holds the policy to
+the offline text over several cuts in-process (it gives the offline words on each of them).
 """
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
-import re
 import subprocess
 import sys
 import threading
@@ -25,6 +21,7 @@ import grpc
 import numpy as np
 import pytest
 from openai_ref import pipeline
+from wording import word_distance, words_of
 
 from model.audio import decode_audio
 from service.background import BackgroundServer
@@ -41,16 +38,6 @@ IDLE_TIMEOUT = 1.5
 MAX_LIVE_SECONDS = 12.0
 Stub = transcriber_pb2_grpc.TranscriberStub
 Request = pb.StreamingRecognizeRequest
-
-
-def words_of(text: str) -> list[str]:
-    return re.sub(r"[^\w\s']", " ", text.lower()).split()
-
-
-def word_distance(a: str, b: str) -> int:
-    """Words inserted, deleted or replaced to turn a into b."""
-    ops = difflib.SequenceMatcher(a=words_of(a), b=words_of(b)).get_opcodes()
-    return sum(max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in ops if tag != "equal")
 
 
 @pytest.fixture(scope="module")
