@@ -1,7 +1,7 @@
 """Live recognition: how long after a word is spoken does its final arrive, and at what cost.
 
     python -m benchmarks.streaming [--clip ../shared/audio/jfk.flac] [--repeat 2] [--speed 1]
-                                   [--streams 4] [--workers 1] [--commit-margin S]
+                                   [--streams 4] [--live-workers 2] [--commit-margin S]
 
 A real server (tiny.en, in this process) and real channels. The clip (repeated `--repeat`
 times with 1 s of silence between) is sent as 100 ms int16 chunks at `--speed` x real time.
@@ -130,7 +130,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2, help="clip repeats, 1 s apart")
     parser.add_argument("--speed", type=float, default=1.0, help="times real time")
     parser.add_argument("--streams", type=int, default=4, help="concurrent streams, 2nd part")
-    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--live-workers", type=int, default=ServerConfig.live_workers)
     parser.add_argument("--commit-margin", type=float, default=None)
     parser.add_argument("--compute", default="auto", help="fp32, bf16-encoder or auto")
     args = parser.parse_args()
@@ -140,7 +140,7 @@ def main() -> None:
     pcm = gap.join([clip] * args.repeat)
     audio_seconds = len(pcm) / 2 / RATE
     pipe = load_pipeline("tiny.en", compute=args.compute)
-    config = ServerConfig(port=0, workers=args.workers, max_queue=max(8, args.streams))
+    config = ServerConfig(port=0, live_workers=args.live_workers, max_queue=max(8, args.streams))
     print(
         f"tiny.en, {audio_seconds:.1f} s of audio ({args.clip.name} x {args.repeat}), speed "
         f"{args.speed:g}x, {os.cpu_count()} CPUs, torch threads {pipe_threads()}, load average "

@@ -72,6 +72,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     flag("grace", float, DEFAULTS.grace, "seconds to drain in-flight RPCs on SIGTERM")
     flag("port-file", str, None, "write the bound port to this file once listening")
     flag("live-idle-timeout", float, DEFAULTS.live_idle_timeout, "seconds a live stream may idle")
+    flag("live-workers", int, DEFAULTS.live_workers, "live decode steps run at once")
     flag(
         "live-max-seconds",
         float,
@@ -108,8 +109,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--max-message-mb must be > 0")
     if args.compute not in (*COMPUTES, "auto"):
         parser.error(f"--compute must be one of {', '.join(COMPUTES)}, auto")
-    if args.live_idle_timeout <= 0 or (args.live_max_seconds or 1) <= 0:
-        parser.error("--live-idle-timeout and --live-max-seconds must be > 0")
+    if args.live_idle_timeout <= 0 or (args.live_max_seconds or 1) <= 0 or args.live_workers < 1:
+        parser.error("--live-idle-timeout, --live-max-seconds and --live-workers must be > 0")
     return args
 
 
@@ -128,6 +129,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         port_file=args.port_file,
         live_idle_timeout=args.live_idle_timeout,
         live_max_seconds=args.live_max_seconds,
+        live_workers=args.live_workers,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         auth_tokens=args.auth_tokens,

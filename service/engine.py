@@ -45,6 +45,9 @@ class Limits:
     max_send_message_bytes: int = 0
     max_live_seconds: float = 1800.0  # audio one live stream may send
     live_idle_timeout: float = 10.0  # seconds a live stream may send nothing
+    # live decode steps run at once (each stream runs one at a time): two on 2 cores overlap
+    # one stream's memory-bound decoder with another's encoder (benchmarks/streaming.py)
+    live_workers: int = 2
 
 
 @dataclass
@@ -194,7 +197,8 @@ class Engine:
         workers = max(1, limits.workers)
         self.decode_pool = ThreadPoolExecutor(workers, thread_name_prefix="xattn-decode")
         self.audio_pool = ThreadPoolExecutor(workers, thread_name_prefix="xattn-audio")
-        self.live_pool = ThreadPoolExecutor(workers, thread_name_prefix="xattn-live")
+        live_workers = max(1, limits.live_workers)
+        self.live_pool = ThreadPoolExecutor(live_workers, thread_name_prefix="xattn-live")
 
     @property
     def ready(self) -> bool:

@@ -58,6 +58,7 @@ class ServerConfig:
     stats_file: str | None = None  # JSON counters, RSS and threads, rewritten periodically
     stats_interval: float = 2.0
     live_idle_timeout: float = 10.0  # seconds a live stream may send nothing
+    live_workers: int = 2  # live decode steps run at once
     live_max_seconds: float | None = None  # audio per live stream; None: max_audio_seconds,
     # at most LIVE_MAX_SECONDS
 
@@ -86,6 +87,7 @@ class Server:
             max_send_message_bytes=config.max_message_bytes,
             max_live_seconds=config.max_live_seconds,
             live_idle_timeout=config.live_idle_timeout,
+            live_workers=config.live_workers,
         )
         self.engine = Engine(limits)
         self.health = health.aio.HealthServicer()
