@@ -7,24 +7,36 @@
   (exit 0, every run counted cancelled, none failed).
 
 Streams are kept in flight by clients that read slowly (the server's worker waits for them
-once its buffer is full), so the tests do not depend on how fast the machine decodes.
+once its buffer of 256 events is full), so the tests do not depend on how fast the machine
+decodes: the clip (multilingual.mp3 six times, 6 minutes) has far more tokens than that.
 """
 
 from __future__ import annotations
 
+import io
 import signal
 import threading
 import time
 from pathlib import Path
 
 import grpc
+import numpy as np
+import soundfile
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from test_reliability import JFK_TEXT, ServerProcess
 
+from model.audio import decode_audio
 from xattn.v1 import transcriber_pb2 as pb
 from xattn.v1 import transcriber_pb2_grpc
 
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def long_clip(path: Path, times: int = 6) -> bytes:
+    """`path` repeated `times` times, as 16 kHz WAV bytes."""
+    out = io.BytesIO()
+    soundfile.write(out, np.tile(decode_audio(path), times), 16000, format="WAV")
+    return out.getvalue()
 
 
 class SlowReader(threading.Thread):
@@ -162,13 +174,13 @@ def check_cancelled_cleanly(
 
 
 def test_second_sigterm_cancels_at_once(tmp_path: Path, multilingual_path: Path) -> None:
-    audio = multilingual_path.read_bytes()
+    audio = long_clip(multilingual_path)
     server, readers, t0 = slow_streams(tmp_path, audio, 60, second_signal=True)
     check_cancelled_cleanly(server, readers, t0, within=5.0)
     assert "cancelling in-flight RPCs" in server.output()
 
 
 def test_grace_running_out_cancels_the_rest(tmp_path: Path, multilingual_path: Path) -> None:
-    audio = multilingual_path.read_bytes()
+    audio = long_clip(multilingual_path)
     server, readers, t0 = slow_streams(tmp_path, audio, 2, second_signal=False)
     check_cancelled_cleanly(server, readers, t0, within=2.0 + 5.0)
