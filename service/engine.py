@@ -7,7 +7,7 @@ through an asyncio queue, with a little backpressure. Cancelling the consumer (c
 cancel, deadline, shutdown) closes the generator within one token.
 
 A live stream (service.live) takes one admission slot for its whole duration (`admit_live`);
-its decode steps run on a pool of their own, `workers` threads, so a long file on a decode
+its decode steps run on a pool of their own, `live_workers` threads, so a long file on a decode
 worker does not stall a live stream for minutes (the CPU is shared instead).
 """
 
