@@ -23,10 +23,10 @@ def feed(audio: np.ndarray, options: LiveOptions, chunk_s: float | list[float] =
     live = LiveTranscriber(pipe.context, pipe.alignment_heads, options)
     sizes = chunk_s if isinstance(chunk_s, list) else [chunk_s]
     results, at = [], 0
-    for k in itertools.count():
+    for size in itertools.cycle(sizes):
         if at >= len(audio):
             break
-        n = int(sizes[k % len(sizes)] * SAMPLE_RATE)
+        n = int(size * SAMPLE_RATE)
         results += live.feed(audio[at : at + n])
         at += n
     results += live.finish()
@@ -37,12 +37,17 @@ def final_text(results) -> str:
     return "".join(r.text for r in results if r.is_final)
 
 
-def test_live_transcript_close_to_offline(jfk_path) -> None:
+@pytest.fixture(scope="module")
+def offline(jfk_path) -> str:
+    """jfk.flac's offline transcript, to hold the live ones to."""
+    return list(pipeline("tiny.en").transcribe(decode_audio(jfk_path)))[-1].text
+
+
+def test_live_transcript_close_to_offline(jfk_path, offline) -> None:
     audio = decode_audio(jfk_path)
     results = feed(audio, LiveOptions())
-    offline = list(pipeline("tiny.en").transcribe(audio))[-1].text
     finals = [r for r in results if r.is_final]
-    live_text = "".join(r.text for r in finals)
+    live_text = final_text(results)
     assert word_distance(live_text, offline) <= 1, (live_text, offline)
     interim = [r for r in results if not r.is_final]
     assert interim and interim[0].audio_seconds < len(audio) / SAMPLE_RATE
@@ -76,27 +81,25 @@ def test_rows_and_commit_margin(jfk_path) -> None:
 def test_silence_commits_nothing() -> None:
     silence = np.zeros(5 * SAMPLE_RATE, dtype=np.float32)
     results = feed(silence, LiveOptions())
-    assert "".join(r.text for r in results if r.is_final).strip() == ""
+    assert final_text(results).strip() == ""
 
 
 UNEVEN = [0.9, 0.4, 1.3, 0.6, 1.1, 0.35, 1.5, 0.8]  # seconds of audio per step
 
 
 @pytest.mark.parametrize("chunk_s", [0.1, 1.0, UNEVEN], ids=["0.1s", "1s", "uneven"])
-def test_any_cut_of_the_audio_gives_the_offline_text(jfk_path, chunk_s) -> None:
+def test_any_cut_of_the_audio_gives_the_offline_text(jfk_path, offline, chunk_s) -> None:
     audio = decode_audio(jfk_path)
-    offline = list(pipeline("tiny.en").transcribe(audio))[-1].text
     live = final_text(feed(audio, LiveOptions(), chunk_s))
     assert word_distance(live, offline) <= 1, (live, offline)
 
 
-def test_a_pause_does_not_repeat_the_sentence(jfk_path) -> None:
+def test_a_pause_does_not_repeat_the_sentence(jfk_path, offline) -> None:
     """jfk, 1 s of silence, jfk again, in 0.1 s chunks (a step every 0.3 s): each sentence once.
     (Tokens decoded at the pause attend to the padding or back to old speech; the policy must
     not commit them.)"""
     jfk = decode_audio(jfk_path)
     audio = np.concatenate([jfk, np.zeros(SAMPLE_RATE, np.float32), jfk])
-    offline = list(pipeline("tiny.en").transcribe(jfk))[-1].text
     live = final_text(feed(audio, LiveOptions(), 0.1))
     assert word_distance(live, offline + offline) <= 2, (live, offline)
     assert words_of(live).count("country") == 4, live
