@@ -187,7 +187,12 @@ def fixed_tokens(pipe: Pipeline, spoken: list[int], n: int) -> list[int]:
 
 
 def decode_steps(
-    pipe: Pipeline, features: torch.Tensor, tokens: list[int], use_cache: bool, scores: bool
+    pipe: Pipeline,
+    features: torch.Tensor,
+    tokens: list[int],
+    use_cache: bool,
+    scores: bool,
+    int8: bool = False,
 ) -> tuple[Callable[[], None], int]:
     """A decode over len(tokens) positions, one new token per step, logits of the last row only;
     and how many steps one call runs.
@@ -195,8 +200,11 @@ def decode_steps(
     With the cache every step runs, feeding one token. Without it each step feeds the whole
     prefix to a fresh self-attention cache (the window's cross-attention K/V are reused); the
     steps are then independent, so above 20 tokens only every 10th one runs (prefix lengths 6,
-    16, ..., 196: the mean of 1..200, near enough) to keep the quadratic case affordable."""
+    16, ..., 196: the mean of 1..200, near enough) to keep the quadratic case affordable.
+    int8: the logits of each step from `pipe`'s Int8Logits (model.logits) as a greedy step
+    takes them (no mask), instead of the fp32 projection."""
     model = pipe.model
+    head, ts = model.decoder.int8_logits, pipe.tokenizer.timestamp_begin
     with torch.inference_mode():
         cache = model.new_cache(features)
     ids = torch.tensor([tokens])  # [1, n]
@@ -208,7 +216,10 @@ def decode_steps(
         with torch.inference_mode():
             cache.truncate(0)
             for end in ends:
-                if use_cache:
+                if int8:
+                    h, _ = model.decoder(ids[:, end - 1 : end], cache, scores, hidden=True)
+                    head.logits(h[0, -1], lambda _: None, ts)
+                elif use_cache:
                     model.decoder(ids[:, end - 1 : end], cache, need_scores=scores, logit_rows=[-1])
                 else:
                     model.decoder(ids[:, :end], cache.fork(), need_scores=scores, logit_rows=[-1])
@@ -278,6 +289,7 @@ def end_to_end_cases(
         "ours +attention rows": ours(return_attention=True),
         "ours +word_timestamps": ours(word_timestamps=True),
         f"ours {fast.compute} +attention rows": ours(fast, return_attention=True),
+        f"ours {fast.compute} +words": ours(fast, return_attention=True, word_timestamps=True),
         "openai-whisper": openai(False),
         "openai-whisper +word_timestamps": openai(True),
     }
@@ -358,13 +370,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--clip", type=Path, default=DEFAULT_CLIP)
     parser.add_argument("--threads", type=int, default=THREADS, help="torch threads (2)")
     parser.add_argument("--profile", action="store_true", help="also profile one transcribe")
+    parser.add_argument("--compute", default="auto", help="the fast path beside fp32 (auto)")
     args = parser.parse_args(argv)
     repeats = 2 if args.quick else args.repeats
     torch.set_num_threads(args.threads)
     t_start = time.perf_counter()
 
     pipe = load_pipeline(args.model)
-    fast = load_pipeline(args.model, compute="bf16-encoder")
+    fast = load_pipeline(args.model, compute=args.compute)
     dims = pipe.dims
     data = args.clip.read_bytes()
     audio = decode_audio(data)
@@ -398,33 +411,37 @@ def main(argv: list[str] | None = None) -> None:
     )
     enc_fast = encoder_seconds(fast, mel, repeats)
     bf16 = max(v for k, v in mm.items() if k.startswith("bf16"))
-    print(
-        f"   {fast.compute}: {enc_fast * 1e3:.1f} ms = {total / enc_fast / 1e9:.1f} GFLOP/s = "
-        f"{total / enc_fast / 1e9 / bf16:.0%} of the bf16 ceiling ({bf16:.0f}); "
-        f"{enc / enc_fast:.2f}x the fp32 encoder's speed"
-    )
+    if "bf16" in fast.compute:
+        print(
+            f"   {fast.compute}: {enc_fast * 1e3:.1f} ms = {total / enc_fast / 1e9:.1f} GFLOP/s"
+            f" = {total / enc_fast / 1e9 / bf16:.0%} of the bf16 ceiling ({bf16:.0f}); "
+            f"{enc / enc_fast:.2f}x the fp32 encoder's speed"
+        )
 
     # 3. decoder
     with torch.inference_mode():
         features = pipe.model.encoder(mel[None])  # [1, 1500, d]
     print("\n3. decoder ms/token (teacher-forced, fixed tokens; logits of the last row)")
-    print(f"   {'tokens':>6} {'cache':>6} {'scores':>7} {'ms/token':>9}")
+    print(f"   {'tokens':>6} {'cache':>6} {'scores':>7} {'logits':>7} {'ms/token':>9}")
     opts = DecodeOptions(temperatures=(0.0,))
     events = pipe.transcribe(audio, opts)
     spoken = [e.id for e in events if isinstance(e, TokenEvent) and e.id != pipe.tokenizer.eot]
     for n in DECODE_LENGTHS:
         tokens = fixed_tokens(pipe, spoken, n)
         runs = {
-            (cache, scores): decode_steps(pipe, features, tokens, cache, scores)
+            (cache, scores, "fp32"): decode_steps(pipe, features, tokens, cache, scores)
             for cache in (True, False)
             for scores in (False, True)
         }
+        if fast.model.decoder.int8_logits is not None:
+            for scores in (False, True):
+                step = decode_steps(fast, features, tokens, True, scores, int8=True)
+                runs[True, scores, "int8"] = step
         times = round_robin({k: run for k, (run, _) in runs.items()}, repeats)
-        for (cache, scores), ts in times.items():
-            ms = median(ts) / runs[cache, scores][1] * 1e3
-            print(
-                f"   {n:>6} {'yes' if cache else 'no':>6} {'yes' if scores else 'no':>7} {ms:9.2f}"
-            )
+        for (cache, scores, logits), ts in times.items():
+            ms = median(ts) / runs[cache, scores, logits][1] * 1e3
+            c, s = "yes" if cache else "no", "yes" if scores else "no"
+            print(f"   {n:>6} {c:>6} {s:>7} {logits:>7} {ms:9.2f}")
     floor = sum(decoder_token_flops(dims, p) for p in range(20)) / 20
     print(
         f"   compute per cached token ≈ {floor / 1e6:.0f} MFLOP (of which logits "
@@ -437,6 +454,11 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"   memory per cached token ≈ {nbytes / 1e6:.0f} MB ({parts}) = "
         f"{nbytes / gbps / 1e6:.2f} ms at the measured bandwidth"
+    )
+    int8_bytes = nbytes - traffic["output projection"] * 3 / 4
+    print(
+        f"   with int8 logits ≈ {int8_bytes / 1e6:.0f} MB = {int8_bytes / gbps / 1e6:.2f} ms "
+        "at the measured bandwidth (rescored rows not counted)"
     )
 
     # 4. end to end

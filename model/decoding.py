@@ -9,14 +9,17 @@ cross-attention over the window's frames from the same forward pass.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import zlib
 from collections.abc import Generator
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
 
+from model.batching import StepBatcher
 from model.kv_cache import KVCache
 from model.tokenizer import Tokenizer
 from model.whisper import Whisper
@@ -87,6 +90,11 @@ class LogitRules:
 
     def apply(self, logits: torch.Tensor, tokens: list[int]) -> None:
         """Mask `logits` [n_vocab] in place, given every token so far."""
+        self.mask(logits, tokens)
+        self.prefer_timestamps(logits)
+
+    def mask(self, logits: torch.Tensor, tokens: list[int]) -> None:
+        """The rules that forbid tokens outright (-inf in place)."""
         sampled = tokens[self.sample_begin :]
         ts = self.timestamp_begin
         if not sampled:
@@ -112,6 +120,12 @@ class LogitRules:
             logits[:ts] = -math.inf  # start with a timestamp
             if self.max_initial_timestamp_index is not None:
                 logits[ts + self.max_initial_timestamp_index + 1 :] = -math.inf
+
+    def prefer_timestamps(self, logits: torch.Tensor) -> None:
+        """Timestamps win when their total probability beats every text token's."""
+        if not self.timestamps:
+            return
+        ts = self.timestamp_begin
         logprobs = torch.log_softmax(logits, dim=-1)  # [n_vocab]
         if logprobs[ts:].logsumexp(dim=-1) > logprobs[:ts].max():
             logits[:ts] = -math.inf
@@ -133,8 +147,10 @@ def decode_window(
     rules: LogitRules,
     temperature: float,
     options: DecodeOptions,
+    batcher: StepBatcher | None = None,
 ) -> Generator[Step, None, WindowResult]:
-    """Greedy (t = 0) or sampled decoding of one window; yields each token as it is chosen."""
+    """Greedy (t = 0) or sampled decoding of one window; yields each token as it is chosen.
+    With a batcher, the cached steps run batched with other threads' decodes."""
     n_ctx = model.dims.n_text_ctx
     sample_len = options.sample_len or n_ctx // 2
     need = options.return_attention or options.online_timestamps
@@ -144,35 +160,56 @@ def decode_window(
     sampled: list[int] = []
     sum_logprob = 0.0
 
-    def forward(new: list[int], rows: list[int]) -> tuple[torch.Tensor, list | None]:
+    def forward(new: list[int], rows: list[int], step: bool = False) -> tuple[torch.Tensor, list]:
+        if batcher is not None and step and options.use_cache:  # one token after the prompt
+            logits, scores = batcher.step(new[0], cache, need, hidden=False)
+            return logits[0], scores  # [1, n_vocab]
         c = cache if options.use_cache else model.new_cache(audio_features)
         x = torch.tensor([tokens if not options.use_cache else new], device=device)
         logits, scores = model.decoder(x, c, need_scores=need, logit_rows=rows)
         return logits[0], scores  # [rows, n_vocab]
 
-    cache.truncate(0)
-    logits, scores = forward(tokens, [sot_index, -1])
-    no_speech_prob = logits[0].softmax(dim=-1)[tokenizer.no_speech].item()
-    logits = logits[-1]
-    for _ in range(sample_len):
-        logits = logits.float().clone()  # [n_vocab]
-        rules.apply(logits, tokens)
-        if temperature == 0:
-            token = int(logits.argmax())
+    def greedy_int8(token: int) -> tuple[torch.Tensor, list | None]:
+        if batcher is not None:
+            h, scores = batcher.step(token, cache, need, hidden=True)  # [1, 1, d]
         else:
-            probs = (logits / temperature).softmax(dim=-1)
-            token = int(torch.multinomial(probs.cpu(), 1, generator=gen))
-        logprob = float(torch.log_softmax(logits, dim=-1)[token])
-        sum_logprob += logprob
-        yield Step(token, logprob, attention_rows(scores) if need else None)
-        if token == rules.eot:
-            break
-        tokens.append(token)
-        sampled.append(token)
-        if len(tokens) > n_ctx:
-            break
-        logits, scores = forward([token], [-1])
-        logits = logits[-1]
+            x = torch.tensor([[token]], device=device)
+            h, scores = model.decoder(x, cache, need_scores=need, hidden=True)  # [1, 1, d]
+        mask = partial(rules.mask, tokens=tokens)
+        return int8.logits(h[0, 0], mask, rules.timestamp_begin), scores  # [n_vocab] masked
+
+    int8 = model.decoder.int8_logits if temperature == 0 and options.use_cache else None
+    cache.truncate(0)
+    with batcher.exclusive() if batcher is not None else contextlib.nullcontext():
+        first, scores = forward(tokens, [sot_index, -1])
+    no_speech_prob = first[0].softmax(dim=-1)[tokenizer.no_speech].item()
+    logits, masked = first[-1], False
+    with batcher.joined() if batcher is not None else contextlib.nullcontext():
+        for _ in range(sample_len):
+            logits = logits.float() if masked else logits.float().clone()  # [n_vocab]
+            if masked:
+                rules.prefer_timestamps(logits)
+            else:
+                rules.apply(logits, tokens)
+            if temperature == 0:
+                token = int(logits.argmax())
+            else:
+                probs = (logits / temperature).softmax(dim=-1)
+                token = int(torch.multinomial(probs.cpu(), 1, generator=gen))
+            logprob = float(torch.log_softmax(logits, dim=-1)[token])
+            sum_logprob += logprob
+            yield Step(token, logprob, attention_rows(scores) if need else None)
+            if token == rules.eot:
+                break
+            tokens.append(token)
+            sampled.append(token)
+            if len(tokens) > n_ctx:
+                break
+            if int8 is not None:
+                (logits, scores), masked = greedy_int8(token), True
+            else:
+                logits, scores = forward([token], [-1], step=True)
+                logits = logits[-1]
     text = tokenizer.decode(sampled).strip()
     return WindowResult(
         tokens=tuple(sampled),

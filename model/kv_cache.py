@@ -68,3 +68,20 @@ class KVCache:
     def truncate(self, length: int) -> None:
         """Forget rows past `length` (e.g. to restart a window's decode)."""
         self.length = min(self.length, length)
+
+
+class CacheBatch:
+    """The caches of several decodes stepped together, one new token each (model.batching):
+    the decoder runs its linear layers once over the batch and each one's attention over its
+    own cache, since their lengths and their windows differ."""
+
+    def __init__(self, caches: list[KVCache]) -> None:
+        self.caches = caches
+
+    @property
+    def lengths(self) -> list[int]:
+        return [c.length for c in self.caches]
+
+    def advance(self, n: int) -> None:
+        for c in self.caches:
+            c.advance(n)

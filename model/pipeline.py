@@ -20,6 +20,7 @@ from model.audio import SAMPLE_RATE, check_audio
 from model.checkpoints import Checkpoint, load_checkpoint
 from model.decoding import TASKS, DecodeOptions, OptionsError
 from model.dims import ModelDims
+from model.logits import int8_supported
 from model.tokenizer import Tokenizer
 from model.transcribe import Context, Event, transcribe
 from model.whisper import Whisper
@@ -103,11 +104,15 @@ class Pipeline:
 
 
 def resolve_compute(compute: str, device: str = "cpu") -> str:
-    """ "auto" -> the fastest path that transcribes token-identically to fp32 here:
-    "bf16-encoder" on a CPU with native bf16, else "fp32". Other values pass through."""
+    """ "auto" -> the fastest path that transcribes token-identically to fp32 here: on a CPU,
+    "int8-logits" (where torch has fbgemm's int8 kernels), plus "bf16-encoder" where the CPU has
+    native bf16; elsewhere "fp32". Other values pass through."""
     if compute != "auto":
         return compute
-    return "bf16-encoder" if torch.device(device).type == "cpu" and _cpu_has_bf16() else "fp32"
+    if torch.device(device).type != "cpu":
+        return "fp32"
+    parts = (("bf16-encoder", _cpu_has_bf16()), ("int8-logits", int8_supported()))
+    return "+".join(name for name, ok in parts if ok) or "fp32"
 
 
 def build_pipeline(ckpt: Checkpoint, device: str = "cpu", compute: str = "fp32") -> Pipeline:
@@ -151,7 +156,7 @@ def load_pipeline(
 ) -> Pipeline:
     """Load `tiny.en`, `base`, a CTranslate2 directory or an openai-whisper `.pt` file.
 
-    compute: "fp32" (exact, the default), "bf16-encoder" (see model.whisper) or "auto"
+    compute: "fp32" (exact, the default), one of model.whisper.COMPUTES or "auto"
     (resolve_compute)."""
     t0 = time.perf_counter()
     pipe = build_pipeline(load_checkpoint(name_or_path), device, compute)

@@ -9,6 +9,7 @@ and more TokenEvents on fallback), Segment…, and finally the Transcript.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from model.audio import (
     log_mel_spectrogram,
     pad_or_trim,
 )
+from model.batching import StepBatcher
 from model.decoding import (
     DecodeOptions,
     LogitRules,
@@ -53,6 +55,7 @@ class Context:
     suppress: tuple[int, ...]
     suppress_blank: tuple[int, ...]
     aligner: WordAligner | None
+    batcher: StepBatcher | None = None  # cached steps batched with other threads' decodes
 
 
 def needs_fallback(r: WindowResult, o: DecodeOptions) -> str | None:
@@ -129,7 +132,7 @@ def decode_with_fallback(
     sot_index = initial.index(tok.sot)
     for i, t in enumerate(options.temperatures):
         steps = decode_window(
-            ctx.model, features, cache, tok, initial, sot_index, rules, t, options
+            ctx.model, features, cache, tok, initial, sot_index, rules, t, options, ctx.batcher
         )
         while True:
             try:
@@ -160,6 +163,7 @@ def transcribe(ctx: Context, audio: np.ndarray, options: DecodeOptions) -> Itera
     """Yield every event of the transcription of `audio` (16 kHz mono float32)."""
     model, tok = ctx.model, ctx.tokenizer
     device = model.device
+    exclusive = ctx.batcher.exclusive if ctx.batcher is not None else contextlib.nullcontext
     dtype = next(model.parameters()).dtype
     mel = log_mel_spectrogram(audio, model.dims.n_mels, padding=N_SAMPLES, device=device)
     content_frames = mel.shape[-1] - N_FRAMES  # [n_mels, content + 3000]
@@ -168,7 +172,8 @@ def transcribe(ctx: Context, audio: np.ndarray, options: DecodeOptions) -> Itera
     language = options.language
     if language is None and tok.multilingual:  # once, on the first 30 s, as the reference
         first = pad_or_trim(mel, N_FRAMES)[None].to(dtype)  # [1, n_mels, 3000]
-        language, _ = detect_language(model, model.encoder(first), tok)
+        with exclusive():
+            language, _ = detect_language(model, model.encoder(first), tok)
         log.debug("detected language %s", language)
     language = language or "en"
     sot_sequence = tok.sot_sequence(language, options.task)
@@ -193,8 +198,9 @@ def transcribe(ctx: Context, audio: np.ndarray, options: DecodeOptions) -> Itera
         time_offset = seek * HOP_LENGTH / SAMPLE_RATE
         segment_size = min(N_FRAMES, content_frames - seek)
         mel_segment = pad_or_trim(mel[:, seek : seek + segment_size], N_FRAMES)  # [n_mels, 3000]
-        features = model.encoder(mel_segment[None].to(dtype))  # [1, 1500, d]
-        cache = model.new_cache(features)  # cross-attention K/V: once per window
+        with exclusive():
+            features = model.encoder(mel_segment[None].to(dtype))  # [1, 1500, d]
+            cache = model.new_cache(features)  # cross-attention K/V: once per window
         num_frames = segment_size // INPUT_STRIDE
         yield WindowStart(window, time_offset, num_frames, language)
 
@@ -230,9 +236,10 @@ def transcribe(ctx: Context, audio: np.ndarray, options: DecodeOptions) -> Itera
         words: list[tuple] = [() for _ in pieces]
         timings: list[tuple] = [() for _ in pieces]
         if options.word_timestamps and ctx.aligner is not None:
-            pieces, words, timings, last_end = ctx.aligner.align(
-                cache, sot_sequence, pieces, num_frames, language, time_offset, last_speech
-            )
+            with exclusive():
+                pieces, words, timings, last_end = ctx.aligner.align(
+                    cache, sot_sequence, pieces, num_frames, language, time_offset, last_speech
+                )
             if last_end is not None:
                 if not single_ending and last_end > time_offset:
                     seek = round(last_end * FRAMES_PER_SECOND)

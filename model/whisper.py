@@ -9,7 +9,8 @@ same forward pass that produced the logits; otherwise it takes the fused SDPA ke
 Compute (`Whisper.set_compute`): "fp32" computes as openai-whisper does; "bf16-encoder" runs
 the encoder under bf16 autocast (its matmuls and convolutions; ~2.7x faster on a CPU with
 AVX-512 BF16) and hands the decoder fp32 features, so the decoder and its attention rows are
-computed exactly as in fp32.
+computed exactly as in fp32; "int8-logits" reads the output projection of greedy steps in
+int8 and rescores the deciding logits in fp32 (model.logits); "bf16-encoder+int8-logits" both.
 """
 
 from __future__ import annotations
@@ -22,9 +23,16 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from model.dims import ModelDims
-from model.kv_cache import CrossKV, KVCache
+from model.kv_cache import CacheBatch, CrossKV, KVCache
+from model.logits import Int8Logits
 
-COMPUTES = {"fp32": None, "bf16-encoder": torch.bfloat16}  # compute -> encoder autocast
+# compute -> (the encoder's autocast dtype, int8 output projection for greedy steps)
+COMPUTES = {
+    "fp32": (None, False),
+    "bf16-encoder": (torch.bfloat16, False),
+    "int8-logits": (None, True),
+    "bf16-encoder+int8-logits": (torch.bfloat16, True),
+}
 
 
 def sinusoids(length: int, channels: int, max_timescale: float = 10000.0) -> Tensor:
@@ -54,11 +62,21 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(n_state, 3 * n_state)  # the key part of the bias is zero
         self.out = nn.Linear(n_state, n_state)
 
-    def forward(self, x: Tensor, cache: KVCache | None = None, layer: int = 0) -> Tensor:
+    def forward(
+        self, x: Tensor, cache: KVCache | CacheBatch | None = None, layer: int = 0
+    ) -> Tensor:
         q, k, v = self.qkv(x).chunk(3, dim=-1)  # 3 × [B, T, d]
         q, k, v = (split_heads(t, self.n_head) for t in (q, k, v))  # [B, H, T, d_k]
         if cache is None:  # encoder: every frame sees every frame
             return self.out(merge_heads(F.scaled_dot_product_attention(q, k, v)))
+        if isinstance(cache, CacheBatch):  # one new token per decode, each over its own past
+            ys = [
+                F.scaled_dot_product_attention(
+                    q[i : i + 1], *c.append(layer, k[i : i + 1], v[i : i + 1])
+                )
+                for i, c in enumerate(cache.caches)
+            ]  # B × [1, H, 1, d_k]
+            return self.out(merge_heads(torch.cat(ys)))  # [B, 1, d]
         past = cache.length
         k, v = cache.append(layer, k, v)  # [B, H, past + T, d_k]
         t = q.shape[2]
@@ -88,14 +106,27 @@ class CrossAttention(nn.Module):
         return k.contiguous(), v.contiguous()  # dense: every token reads them
 
     def forward(
-        self, x: Tensor, k: Tensor, v: Tensor, need_scores: bool
+        self, x: Tensor, k: Tensor | list[Tensor], v: Tensor | list[Tensor], need_scores: bool
     ) -> tuple[Tensor, Tensor | None]:
+        """k, v: [B, H, 1500, d_k], or B of them ([1, H, 1500, d_k]) for a CacheBatch."""
         q = split_heads(self.query(x), self.n_head)  # [B, H, T, d_k]
-        if not need_scores:
-            return self.out(merge_heads(F.scaled_dot_product_attention(q, k, v))), None
-        scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])  # [B, H, T, 1500]
-        weights = scores.float().softmax(dim=-1).to(q.dtype)  # [B, H, T, 1500]
-        return self.out(merge_heads(weights @ v)), scores  # [B, T, d], [B, H, T, 1500]
+        if isinstance(k, list):
+            pairs = [attend(q[i : i + 1], k[i], v[i], need_scores) for i in range(len(k))]
+            y = torch.cat([y for y, _ in pairs])  # [B, H, T, d_k]
+            scores = torch.cat([s for _, s in pairs]) if need_scores else None
+        else:
+            y, scores = attend(q, k, v, need_scores)
+        return self.out(merge_heads(y)), scores  # [B, T, d], [B, H, T, 1500]
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, need_scores: bool) -> tuple[Tensor, Tensor | None]:
+    """Cross-attention of queries q [B, H, T, d_k] over the frames; with the pre-softmax
+    scores [B, H, T, 1500] when asked (the explicit path), else through the fused kernel."""
+    if not need_scores:
+        return F.scaled_dot_product_attention(q, k, v), None  # [B, H, T, d_k]
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])  # [B, H, T, 1500]
+    weights = scores.float().softmax(dim=-1).to(q.dtype)  # [B, H, T, 1500]
+    return weights @ v, scores
 
 
 class ResidualAttentionBlock(nn.Module):
@@ -111,11 +142,20 @@ class ResidualAttentionBlock(nn.Module):
         )
 
     def forward(
-        self, x: Tensor, cache: KVCache | None = None, layer: int = 0, need_scores: bool = False
+        self,
+        x: Tensor,
+        cache: KVCache | CacheBatch | None = None,
+        layer: int = 0,
+        need_scores: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         x = x + self.attn(self.attn_ln(x), cache, layer)  # [B, T, d]
         scores = None
-        if self.cross_attn is not None and cache is not None:
+        if self.cross_attn is not None and isinstance(cache, CacheBatch):
+            k = [c.cross.k[layer] for c in cache.caches]  # B × [1, H, 1500, d_k]
+            v = [c.cross.v[layer] for c in cache.caches]
+            y, scores = self.cross_attn(self.cross_attn_ln(x), k, v, need_scores)
+            x = x + y  # [B, 1, d]
+        elif self.cross_attn is not None and cache is not None:
             k, v = cache.cross.k[layer], cache.cross.v[layer]  # [B, H, 1500, d_k]
             y, scores = self.cross_attn(self.cross_attn_ln(x), k, v, need_scores)
             x = x + y  # [B, T, d]
@@ -153,11 +193,16 @@ class TextDecoder(nn.Module):
     def __init__(self, n_vocab: int, n_ctx: int, n_state: int, n_head: int, n_layer: int) -> None:
         super().__init__()
         self.token_embedding = nn.Embedding(n_vocab, n_state)
+        # stored column-major ([n_state, n_vocab] transposed): a step's logits x @ Wᵀ then
+        # stream W contiguously (2.4x faster on CPU than row-major); load_state_dict copies into
+        # it and .to() keeps the layout, while lookups by token id are unaffected
+        self.token_embedding.weight = nn.Parameter(torch.empty(n_state, n_vocab).t())
         self.positional_embedding = nn.Parameter(torch.empty(n_ctx, n_state))
         self.blocks = nn.ModuleList(
             ResidualAttentionBlock(n_state, n_head, cross_attention=True) for _ in range(n_layer)
         )
         self.ln = nn.LayerNorm(n_state)
+        self.int8_logits: Int8Logits | None = None  # set by Whisper.set_compute
 
     def cross_kv(self, audio_features: Tensor) -> CrossKV:
         """Cross-attention K/V of every layer, computed once per window."""
@@ -167,26 +212,33 @@ class TextDecoder(nn.Module):
     def forward(
         self,
         tokens: Tensor,
-        cache: KVCache,
+        cache: KVCache | CacheBatch,
         need_scores: bool = False,
         logit_rows: Tensor | slice | None = None,
+        hidden: bool = False,
     ) -> tuple[Tensor, list[Tensor] | None]:
         """Logits for the rows `logit_rows` of the new tokens (all by default), and, when asked,
-        every layer's pre-softmax cross-attention scores [B, H, T, 1500]."""
-        offset = cache.length
+        every layer's pre-softmax cross-attention scores [B, H, T, 1500]. hidden=True returns
+        those rows' states before the final LayerNorm instead of logits (for `int8_logits`)."""
         t = tokens.shape[-1]
-        positions = self.positional_embedding[offset : offset + t]  # [T, d]
+        if isinstance(cache, CacheBatch):  # [B, 1]: each decode at its own position
+            positions = self.positional_embedding[cache.lengths][:, None]  # [B, 1, d]
+        else:
+            positions = self.positional_embedding[cache.length : cache.length + t]  # [T, d]
         x = self.token_embedding(tokens) + positions  # [B, T, d]
         all_scores = []
         for layer, block in enumerate(self.blocks):
             x, scores = block(x, cache, layer, need_scores)
             all_scores.append(scores)
         cache.advance(t)
-        x = self.ln(x)  # [B, T, d]
+        scores = all_scores if need_scores else None
         if logit_rows is not None:
             x = x[:, logit_rows]  # [B, T', d]
-        logits = (x @ self.token_embedding.weight.T).float()  # [B, T', n_vocab]
-        return logits, (all_scores if need_scores else None)
+        return (x if hidden else self.project(x)), scores
+
+    def project(self, h: Tensor) -> Tensor:
+        """Logits [B, T, n_vocab] of states h [B, T, d] before the final LayerNorm."""
+        return (self.ln(h) @ self.token_embedding.weight.T).float()  # [B, T, n_vocab]
 
 
 class Whisper(nn.Module):
@@ -206,10 +258,15 @@ class Whisper(nn.Module):
         return self.decoder.positional_embedding.device
 
     def set_compute(self, compute: str) -> None:
-        """ "fp32" (exact, as openai-whisper) or "bf16-encoder" (see the module's docstring)."""
+        """One of COMPUTES (see the module's docstring); call it after loading the weights."""
         if compute not in COMPUTES:
             raise ValueError(f"unknown compute {compute!r} (one of {', '.join(COMPUTES)})")
-        self.encoder.autocast = COMPUTES[compute]
+        autocast, int8 = COMPUTES[compute]
+        if int8 and self.device.type != "cpu":
+            raise ValueError(f"{compute} runs on the CPU only (fbgemm kernels)")
+        self.encoder.autocast = autocast
+        d = self.decoder
+        d.int8_logits = Int8Logits(d.token_embedding.weight, d.ln) if int8 else None
 
     def new_cache(self, audio_features: Tensor) -> KVCache:
         """A KV cache for decoding these windows: cross-attention K/V are computed here, once."""

@@ -62,8 +62,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "compute",
         str,
         DEFAULTS.compute,
-        "fp32 (exact), bf16-encoder (2.8x faster encoder, same tokens on the test clips) or "
-        "auto (bf16-encoder where the CPU has native bf16, else fp32)",
+        "fp32 (exact), bf16-encoder (2.8x faster encoder where the CPU has native bf16), "
+        "int8-logits (int8 output projection, deciding logits rescored in fp32), "
+        "bf16-encoder+int8-logits, or auto (the fast paths this CPU has; fp32 elsewhere)",
     )
     flag("workers", int, DEFAULTS.workers, "transcriptions decoded at once")
     flag("max-queue", int, DEFAULTS.max_queue, "transcriptions that may wait for a worker")

@@ -42,7 +42,7 @@ class ServerConfig:
     port: int = 50051  # 0: any free port (see port_file)
     model: str = "tiny.en"
     device: str = "cpu"
-    compute: str = "auto"  # "fp32", "bf16-encoder" or "auto" (model.pipeline.resolve_compute)
+    compute: str = "auto"  # one of model.whisper.COMPUTES, or "auto" (pipeline.resolve_compute)
     workers: int = 1
     max_queue: int = 8
     max_audio_seconds: float = 1800.0

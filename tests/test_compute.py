@@ -1,5 +1,6 @@
-"""The bf16-encoder compute path against the exact fp32 path: token-identical transcripts,
-the same words, word times within 0.02 s; and the server's --compute flag."""
+"""The fast compute paths against the exact fp32 path: token-identical transcripts, the same
+words, word times within 0.02 s, attention rows alike; the int8 logits' error model; and the
+server's --compute flag."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+import torch
 
 from model.audio import decode_audio
 from model.decoding import DecodeOptions
+from model.logits import SIGMAS, int8_supported
 from model.pipeline import Pipeline, _cpu_has_bf16, load_pipeline, resolve_compute
 from model.results import TokenEvent, Transcript
 from service.__main__ import config_from_args, parse_args
@@ -26,36 +29,83 @@ def pipeline(name: str, compute: str) -> Pipeline:
     return load_pipeline(name, compute=compute)
 
 
-def run(pipe: Pipeline, audio: np.ndarray) -> tuple[list[int], list[tuple[str, float, float]]]:
+@cache
+def run(name: str, compute: str, clip: Path) -> tuple[list[TokenEvent], list[tuple]]:
+    """Token events and (word, start, end) of one transcription, default options but rows."""
     options = DecodeOptions(word_timestamps=True, return_attention=True)
     tokens, words = [], []
-    for event in pipe.transcribe(audio, options):
+    for event in pipeline(name, compute).transcribe(decode_audio(clip), options):
         if isinstance(event, TokenEvent):
-            tokens.append(event.id)
+            tokens.append(event)
             assert event.attention is not None and event.attention.dtype == np.float32
         elif isinstance(event, Transcript):
             words = [(w.word, w.start, w.end) for s in event.segments for w in s.words]
     return tokens, words
 
 
-@pytest.mark.parametrize(
-    ("name", "clip"),
-    [("tiny.en", "jfk.flac"), ("base", "jfk.flac"), ("base", "multilingual.mp3")],
-)
-def test_bf16_encoder_matches_fp32(name: str, clip: str, shared_audio_dir: Path) -> None:
+CASES = [
+    ("tiny.en", "jfk.flac"),
+    ("tiny.en", "multilingual.mp3"),
+    ("base", "jfk.flac"),
+    ("base", "multilingual.mp3"),
+]
+FAST = ["bf16-encoder", "int8-logits", "bf16-encoder+int8-logits"]
+
+
+@pytest.mark.parametrize("compute", FAST)
+@pytest.mark.parametrize(("name", "clip"), CASES)
+def test_fast_paths_match_fp32(name: str, clip: str, compute: str, shared_audio_dir: Path) -> None:
     path = shared_audio_dir / clip
     if not path.is_file():
         pytest.skip(f"missing {path}")
-    audio = decode_audio(path)
-    exact_tokens, exact_words = run(pipeline(name, "fp32"), audio)
-    fast_tokens, fast_words = run(pipeline(name, "bf16-encoder"), audio)
-    assert fast_tokens == exact_tokens
+    if "int8" in compute and not int8_supported():
+        pytest.skip("this torch has no fbgemm int8 kernels")
+    if "bf16" in compute and not _cpu_has_bf16() and (name, clip, compute) != (*CASES[0], FAST[0]):
+        pytest.skip("no native bf16 here (emulated, ~7x slower): tiny.en/jfk pins its numerics")
+    exact, exact_words = run(name, "fp32", path)
+    fast, fast_words = run(name, compute, path)
+    assert [t.id for t in fast] == [t.id for t in exact]
+    if "bf16" not in compute:  # the decoder's hidden states are fp32's: so are the rows
+        rows = np.stack([t.attention for t in fast]), np.stack([t.attention for t in exact])
+        assert np.abs(rows[0] - rows[1]).max() < 1e-5
+        # only the softmax normaliser of a step's log-probability sums int8 logits
+        worst = max(abs(a.logprob - b.logprob) for a, b in zip(fast, exact, strict=True))
+        assert worst < 0.1, worst
     assert [w for w, _, _ in fast_words] == [w for w, _, _ in exact_words]
     worst = max(
         max(abs(a[1] - b[1]), abs(a[2] - b[2]))
         for a, b in zip(fast_words, exact_words, strict=True)
     )
     assert worst <= 0.02 + 1e-9, worst
+
+
+def test_int8_logits_error_model_and_exact_rescoring(jfk_path: Path) -> None:
+    """Over real decoder states (the steps of jfk.flac), the int8 logits err by less than
+    SIGMAS of their modelled σ, and the logits that decide a step come back exactly as fp32
+    computes them."""
+    if not int8_supported():
+        pytest.skip("this torch has no fbgemm int8 kernels")
+    pipe = pipeline("tiny.en", "fp32")
+    decoder, head = pipe.model.decoder, pipeline("tiny.en", "int8-logits").model.decoder.int8_logits
+    states: list = []
+    hook = decoder.ln.register_forward_pre_hook(lambda _m, a: states.append(a[0][0, -1].clone()))
+    try:
+        run.__wrapped__("tiny.en", "fp32", jfk_path)
+    finally:
+        hook.remove()
+    ts = pipe.tokenizer.timestamp_begin
+    worst = 0.0
+    with torch.inference_mode():
+        for h in states:  # [d] before the final LayerNorm
+            exact = (decoder.ln(h) @ decoder.token_embedding.weight.T).float()  # [V]
+            approx, margin = head.approximate(h)  # SIGMAS × σ
+            worst = max(worst, float(((approx - exact).abs() / margin).max()) * SIGMAS)
+            chosen = head.logits(h, lambda _logits: None, ts)
+            best = int(exact[:ts].argmax())
+            assert int(chosen[:ts].argmax()) == best
+            assert abs(float(chosen[best] - exact[best])) < 1e-4
+            assert (chosen[ts:] - exact[ts:]).abs().max() < 1e-4
+    assert len(states) > 20 and 1.0 < worst < SIGMAS, worst
 
 
 def test_unknown_compute_is_refused() -> None:
@@ -75,9 +125,10 @@ def test_server_runs_and_reports_the_compute_path() -> None:
     assert info.compute_type == "bf16-encoder"
 
 
-def test_auto_picks_bf16_encoder_only_where_the_cpu_has_bf16() -> None:
+def test_auto_picks_the_fast_paths_this_cpu_has() -> None:
     assert resolve_compute("fp32") == "fp32"
     assert resolve_compute("bf16-encoder") == "bf16-encoder"
-    assert resolve_compute("auto") == ("bf16-encoder" if _cpu_has_bf16() else "fp32")
+    parts = ["bf16-encoder"] * _cpu_has_bf16() + ["int8-logits"] * int8_supported()
+    assert resolve_compute("auto") == ("+".join(parts) or "fp32")
     assert resolve_compute("auto", "cuda") == "fp32"  # not measured there yet
     assert parse_args([]).compute == "auto"  # the server's default

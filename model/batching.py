@@ -1,0 +1,143 @@
+"""Cached decoder steps of concurrent decodes, run together as one batched forward.
+
+A cached step reads every decoder weight for one token, so it is bound by memory; decodes
+running at once on different threads (the server's workers) can share that read. Each
+decode registers while it loops (`joined`) and hands its steps to `step`, which blocks: the
+first waiting thread leads, lingers until every registered decode has a step waiting (or
+`linger` seconds pass), runs them as one forward (`CacheBatch`: the linear layers over the
+batch, attention per decode over its own cache) and hands each its rows. The rest of a
+step (logit rules, the token's choice, its event) stays on the decode's own thread.
+
+The decodes' other model work (encoder, cross-attention K/V, the first step over the prompt,
+the word-timestamp pass) takes `exclusive()`, as a batch does: one piece of torch work at a
+time, each using all of torch's threads, instead of several oversubscribing the cores; the
+threads' Python work still overlaps it.
+
+The batch changes no decode's numbers beyond float rounding: the same weights, each token's
+own cache; tests pin token-identical transcripts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from model.kv_cache import CacheBatch, KVCache
+from model.whisper import Whisper
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Step:
+    token: int
+    cache: KVCache
+    need_scores: bool
+    hidden: bool  # the state before the final LayerNorm instead of logits
+    out: Tensor | None = None  # [1, 1, d] or [1, 1, n_vocab]
+    scores: list[Tensor] | None = None  # n_layer × [1, H, 1, 1500]
+    error: BaseException | None = None
+    done: bool = False
+
+
+@dataclass
+class BatchStats:
+    steps: int = 0  # decode steps run
+    batches: int = 0  # forwards that ran them
+
+    @property
+    def mean_batch(self) -> float:
+        return self.steps / self.batches if self.batches else 0.0
+
+
+class StepBatcher:
+    """Shares one batched decoder forward among the decodes of several threads."""
+
+    def __init__(self, model: Whisper, max_batch: int = 16, linger: float = 0.003) -> None:
+        self.model = model
+        self.max_batch = max_batch
+        self.linger = linger
+        self.stats = BatchStats()
+        self._cond = threading.Condition()
+        self._pending: list[_Step] = []
+        self._active = 0  # decodes registered
+        self._leading = False
+        self._torch = threading.Lock()
+
+    def exclusive(self) -> threading.Lock:
+        """Held around a decode's model work outside `step` (see the module docstring)."""
+        return self._torch
+
+    @contextlib.contextmanager
+    def joined(self) -> Iterator[None]:
+        """Register a decode for as long as it steps (leaders wait for registered ones)."""
+        with self._cond:
+            self._active += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._active -= 1
+                self._cond.notify_all()
+
+    def step(
+        self, token: int, cache: KVCache, need_scores: bool, hidden: bool
+    ) -> tuple[Tensor, list[Tensor] | None]:
+        """One cached step of one decode: its output row [1, 1, d | n_vocab], its scores."""
+        mine = _Step(token, cache, need_scores, hidden)
+        with self._cond:
+            self._pending.append(mine)
+            self._cond.notify_all()
+            while not mine.done:
+                if self._leading:
+                    self._cond.wait()
+                    continue
+                self._leading = True
+                deadline = time.monotonic() + self.linger
+                while len(self._pending) < self._active and time.monotonic() < deadline:
+                    self._cond.wait(max(0.0, deadline - time.monotonic()))
+                batch, self._pending = (
+                    self._pending[: self.max_batch],
+                    self._pending[self.max_batch :],
+                )
+                self._cond.release()
+                try:
+                    self._run(batch)
+                finally:
+                    self._cond.acquire()
+                    self._leading = False
+                    self._cond.notify_all()
+        if mine.error is not None:
+            raise mine.error
+        assert mine.out is not None
+        return mine.out, mine.scores
+
+    def _run(self, batch: list[_Step]) -> None:
+        decoder = self.model.decoder
+        need = any(s.need_scores for s in batch)
+        try:
+            with self._torch, torch.inference_mode():
+                device = batch[0].cache.self_k.device
+                tokens = torch.tensor([[s.token] for s in batch], device=device)  # [B, 1]
+                caches = CacheBatch([s.cache for s in batch])
+                h, scores = decoder(tokens, caches, need_scores=need, hidden=True)  # [B, 1, d]
+                want = [i for i, s in enumerate(batch) if not s.hidden]
+                logits = decoder.project(h[want]) if want else None  # [B', 1, n_vocab]
+            for i, s in enumerate(batch):
+                s.out = logits[want.index(i)][None] if not s.hidden else h[i][None]
+                s.scores = [layer[i : i + 1] for layer in scores] if s.need_scores else None
+        except BaseException as e:  # every decode of the batch sees the failure
+            for s in batch:
+                s.error = e
+        finally:
+            for s in batch:
+                s.done = True
+            self.stats.steps += len(batch)
+            self.stats.batches += 1

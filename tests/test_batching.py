@@ -1,0 +1,92 @@
+"""Cached decoder steps batched across decodes (model.batching): the same numbers as one at a
+time, whatever the decodes' lengths and windows, and the same transcripts from threads."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from model.audio import N_FRAMES, decode_audio, log_mel_spectrogram, pad_or_trim
+from model.batching import StepBatcher
+from model.decoding import DecodeOptions
+from model.kv_cache import CacheBatch
+from model.pipeline import Pipeline, load_pipeline
+from model.results import TokenEvent
+
+
+@cache
+def pipeline(compute: str) -> Pipeline:
+    return load_pipeline("tiny.en", compute=compute)
+
+
+def test_cache_batch_step_equals_single_steps(jfk_path: Path) -> None:
+    """Three decodes at different lengths over different windows, one batched step each."""
+    model = pipeline("fp32").model
+    audio = decode_audio(jfk_path)
+    windows = [audio, audio[16000 * 3 :], np.zeros_like(audio)]
+    prompts = [[50257, 50362], [50257, 50362, 400, 370], [50257]]
+    with torch.inference_mode():
+        mels = [pad_or_trim(log_mel_spectrogram(w, 80), N_FRAMES) for w in windows]
+        features = [model.encoder(m[None]) for m in mels]  # 3 × [1, 1500, d]
+
+        def caches() -> list:
+            out = []
+            for f, p in zip(features, prompts, strict=True):
+                c = model.new_cache(f)
+                model.decoder(torch.tensor([p]), c)
+                out.append(c)
+            return out
+
+        singles, batched = caches(), caches()
+        nxt = [290, 1560, 50256]
+        one = [
+            model.decoder(torch.tensor([[t]]), c, need_scores=True, hidden=True)
+            for t, c in zip(nxt, singles, strict=True)
+        ]
+        h, scores = model.decoder(
+            torch.tensor([[t] for t in nxt]), CacheBatch(batched), need_scores=True, hidden=True
+        )
+    assert [c.length for c in batched] == [c.length for c in singles] == [3, 5, 2]
+    for i, (h1, s1) in enumerate(one):
+        assert torch.allclose(h[i : i + 1], h1, atol=1e-4, rtol=1e-5)
+        for layer, s in enumerate(s1):
+            assert torch.allclose(scores[layer][i : i + 1], s, atol=1e-4, rtol=1e-5)
+    for a, b in zip(batched, singles, strict=True):  # the caches took the same rows
+        n = a.length
+        assert torch.allclose(a.self_k[:, :, :, :n], b.self_k[:, :, :, :n], atol=1e-5)
+
+
+def tokens_of(pipe: Pipeline, audio: np.ndarray) -> list[int]:
+    options = DecodeOptions(return_attention=True, temperatures=(0.0,))
+    return [e.id for e in pipe.transcribe(audio, options) if isinstance(e, TokenEvent)]
+
+
+@pytest.mark.parametrize("compute", ["fp32", "int8-logits"])
+def test_threads_sharing_a_batcher_transcribe_as_alone(compute: str, jfk_path: Path) -> None:
+    pipe = pipeline(compute)
+    if compute == "int8-logits" and pipe.model.decoder.int8_logits is None:
+        pytest.skip("no int8 kernels")
+    audio = decode_audio(jfk_path)
+    clips = [audio, audio[: 16000 * 6], audio[16000 * 2 :]]
+    alone = [tokens_of(pipe, a) for a in clips]
+    batcher = StepBatcher(pipe.model, linger=0.05)
+    shared = dataclasses.replace(pipe, context=dataclasses.replace(pipe.context, batcher=batcher))
+    out: list = [None] * len(clips)
+
+    def work(i: int) -> None:
+        out[i] = tokens_of(shared, clips[i])
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(clips))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert out == alone
+    assert batcher.stats.steps == sum(len(a) - 1 for a in alone)  # the first is the prompt
+    assert batcher.stats.mean_batch > 1.0  # some steps did run together
