@@ -1,13 +1,15 @@
-"""What gRPC costs: the same clip in-process vs StreamTranscribe, then load at 1/4/8 streams.
+"""What gRPC costs: the same clip in-process vs StreamTranscribe, then load at 1/4/8/16 streams.
 
-    python -m benchmarks.service [--clip ../shared/audio/jfk.flac] [--workers 2]
+    python -m benchmarks.service [--clip ../shared/audio/jfk.flac] [--workers 1] [--compute auto]
 
 1. Overhead: the median wall time of `pipeline.transcribe` (file bytes decoded, every
    token's attention computed) against a StreamTranscribe of the same bytes through a real
    server and channel with float16 rows of the mean alignment head (target ratio < 1.1).
 2. Load: C client threads each send StreamTranscribe requests back to back; throughput
-   (requests/s, audio seconds per second), p50/p99 latency to `done`, and p50 time to the
-   first token.
+   (requests/s, audio seconds per second, and its share of the encoder-bound limit: one
+   request per encoder pass, the encoder's median time measured here, for a clip of one
+   window), p50/p99 latency to `done`, p50 time to the first token, and the process's RSS
+   (the server runs in this process) after each level and at its peak.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from pathlib import Path
 
 import grpc
 import numpy as np
+import torch
 
-from model.audio import decode_audio
+from model.audio import N_FRAMES, decode_audio, log_mel_spectrogram, pad_or_trim
 from model.decoding import DecodeOptions
 from model.pipeline import Pipeline, load_pipeline
 from service.background import BackgroundServer
@@ -58,6 +61,24 @@ def streamed(stub: transcriber_pb2_grpc.TranscriberStub, data: bytes) -> tuple[f
     return time.perf_counter() - t0, first or 0.0
 
 
+def encoder_seconds(pipe: Pipeline, data: bytes, repeats: int = 5) -> float:
+    """Median seconds of one encoder pass over the clip's first window."""
+    mel = pad_or_trim(log_mel_spectrogram(decode_audio(data), pipe.dims.n_mels), N_FRAMES)
+    times = []
+    with torch.inference_mode():
+        for _ in range(repeats + 1):
+            t0 = time.perf_counter()
+            pipe.model.encoder(mel[None])
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times[1:])
+
+
+def rss_mb() -> tuple[float, float]:
+    """This process's resident memory now and at its peak, MB."""
+    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+    return (int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024)
+
+
 def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q))
 
@@ -79,6 +100,7 @@ def load(stub: transcriber_pb2_grpc.TranscriberStub, data: bytes, streams: int, 
         "p50": percentile(latencies, 50),
         "p99": percentile(latencies, 99),
         "ttft": percentile([first for _, first in runs], 50),
+        "rss": rss_mb(),
     }
 
 
@@ -86,17 +108,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clip", type=Path, default=DEFAULT_CLIP)
     parser.add_argument("--model", default="tiny.en")
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=1, help="the server's --workers (1)")
+    parser.add_argument("--compute", default="auto", help="the server's --compute (auto)")
     parser.add_argument("--repeats", type=int, default=5, help="runs per side for the ratio")
-    parser.add_argument("--levels", type=int, nargs="+", default=[1, 4, 8])
+    parser.add_argument("--levels", type=int, nargs="+", default=[1, 4, 8, 16])
     parser.add_argument("--requests", type=int, default=2, help="requests per stream per level")
     args = parser.parse_args(argv)
 
     data = args.clip.read_bytes()
     seconds = len(decode_audio(data)) / 16000
-    pipe = load_pipeline(args.model)
+    pipe = load_pipeline(args.model, compute=args.compute)
     pipe.warm_up()
-    config = ServerConfig(port=0, workers=args.workers, max_queue=max(args.levels) * 2)
+    encoder = encoder_seconds(pipe, data)
+    config = ServerConfig(
+        port=0, workers=args.workers, max_queue=max(args.levels) * 2, compute=pipe.compute
+    )
     with BackgroundServer(config, pipe) as server, grpc.insecure_channel(server.address) as ch:
         stub = transcriber_pb2_grpc.TranscriberStub(ch)
         streamed(stub, data)  # the channel's first call
@@ -110,19 +136,27 @@ def main(argv: list[str] | None = None) -> int:
     base, grpc_s = statistics.median(local), statistics.median(remote)
     print(
         f"clip {args.clip.name}: {seconds:.1f} s of audio, model {pipe.name}, "
-        f"{args.workers} workers, {args.repeats} runs each"
+        f"({pipe.compute}), {args.workers} workers, {args.repeats} runs each"
     )
     print(f"{'path':<28}{'median s':>10}{'min s':>8}")
     print(f"{'in-process transcribe':<28}{base:>10.3f}{min(local):>8.3f}")
     print(f"{'gRPC StreamTranscribe f16':<28}{grpc_s:>10.3f}{min(remote):>8.3f}")
     print(f"overhead ratio (median): {grpc_s / base:.3f}  (target < 1.1)")
     print()
-    header = ("streams", "requests", "wall s", "req/s", "audio s/s", "p50 s", "p99 s", "ttft s")
+    windows = max(1, -(-int(seconds) // 30))
+    limit = 1 / (encoder * windows)
+    print(
+        f"encoder {encoder * 1e3:.0f} ms per window, {windows} window(s) per request: "
+        f"encoder-bound limit {limit:.2f} req/s"
+    )
+    header = ("streams", "requests", "wall s", "req/s", "of limit", "audio s/s", "p50 s")
+    header += ("p99 s", "ttft s", "RSS MB", "peak MB")
     print("".join(f"{h:>10}" for h in header))
     for r in rows:
         print(
             f"{r['streams']:>10}{r['requests']:>10}{r['wall']:>10.2f}{r['rps']:>10.2f}"
-            f"{r['rps'] * seconds:>10.1f}{r['p50']:>10.2f}{r['p99']:>10.2f}{r['ttft']:>10.2f}"
+            f"{r['rps'] / limit:>10.0%}{r['rps'] * seconds:>10.1f}{r['p50']:>10.2f}"
+            f"{r['p99']:>10.2f}{r['ttft']:>10.2f}{r['rss'][0]:>10.0f}{r['rss'][1]:>10.0f}"
         )
     print(f"engine: {counters}")
     return 0

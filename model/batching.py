@@ -20,7 +20,6 @@ own cache; tests pin token-identical transcripts.
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -31,8 +30,6 @@ from torch import Tensor
 
 from model.kv_cache import CacheBatch, KVCache
 from model.whisper import Whisper
-
-log = logging.getLogger(__name__)
 
 
 @dataclass

@@ -50,16 +50,16 @@ class Int8Logits:
     """Logits of one hidden state for greedy decoding; see the module docstring."""
 
     def __init__(self, embedding: Tensor, ln: nn.LayerNorm) -> None:
-        w = embedding.detach().float().contiguous()  # [V, d] row-major: candidate rows
+        w = embedding.detach().float()  # [V, d], the model's own (column-major) tensor
         gamma, beta = ln.weight.detach().float(), ln.bias.detach().float()  # [d]
-        folded = w * gamma  # [V, d]
+        folded = (w * gamma).contiguous()  # [V, d]
         scale = folded.abs().amax(dim=1).clamp_min(1e-12) / 127  # [V]
         with warnings.catch_warnings():  # the quantized-tensor constructors warn of deprecation
             warnings.simplefilter("ignore")
             zero = torch.zeros_like(scale, dtype=torch.long)
             q = torch.quantize_per_channel(folded, scale.double(), zero, 0, torch.qint8)
             self._packed = torch.ops.quantized.linear_prepack(q, None)
-        self.weight = w  # [V, d]
+        self.weight_t = w.T  # [d, V] shared with the model: candidates are few columns
         self.bias = w @ beta  # [V] the folded LayerNorm shift, exact
         # σ of the error ≤ (step·|w_j| + |n|·s_j) / √12, from the activations' rounding step and
         # the weights' s_j (uniform rounding: variance step² / 12); SIGMAS of it, per token
@@ -67,9 +67,6 @@ class Int8Logits:
         self.w_step = q.q_per_channel_scales().float() * (SIGMAS / math.sqrt(12))  # [V]
         self.eps = ln.eps
         self.gamma, self.beta = gamma, beta
-
-    def nbytes(self) -> int:
-        return self.weight.numel() * 5 + self.weight.shape[0] * 12  # fp32 + int8 copies, vectors
 
     def approximate(self, h: Tensor) -> tuple[Tensor, Tensor]:
         """int8 logits [V] of the pre-LayerNorm hidden state h [d], and SIGMAS times a bound on
@@ -86,7 +83,7 @@ class Int8Logits:
     def exact(self, h: Tensor, ids: Tensor | slice) -> Tensor:
         """fp32 logits of the tokens `ids` from h [d], as the exact path computes them."""
         x = F.layer_norm(h, (h.shape[-1],), self.gamma, self.beta, self.eps)  # [d]
-        return self.weight[ids] @ x  # [k]
+        return x @ self.weight_t[:, ids]  # [k]
 
     def logits(self, h: Tensor, mask: Callable[[Tensor], None], timestamp_begin: int) -> Tensor:
         """Logits [V] for a greedy step from h [d]: `mask(logits)` sets the forbidden ones to
