@@ -5,8 +5,10 @@ running at once on different threads (the server's workers) can share that read.
 decode registers while it loops (`joined`) and hands its steps to `step`, which blocks: the
 first waiting thread leads, lingers until every registered decode has a step waiting (or
 `linger` seconds pass), runs them as one forward (`CacheBatch`: the linear layers over the
-batch, attention per decode over its own cache) and hands each its rows. The rest of a
-step (logit rules, the token's choice, its event) stays on the decode's own thread.
+batch, attention per decode over its own cache) and hands each its rows, after applying each
+decode's `finish` to its state (e.g. int8 logits under its logit rules), so that all of a
+step's torch work runs in the batch. The rest (the token's choice, its event) stays on the
+decode's own thread.
 
 The decodes' other model work (encoder, cross-attention K/V, the first step over the prompt,
 the word-timestamp pass) takes `exclusive()`, as a batch does: one piece of torch work at a
@@ -22,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -38,7 +40,8 @@ class _Step:
     cache: KVCache
     need_scores: bool
     hidden: bool  # the state before the final LayerNorm instead of logits
-    out: Tensor | None = None  # [1, 1, d] or [1, 1, n_vocab]
+    finish: Callable[[Tensor], Tensor] | None = None  # applied to that state [d], in the batch
+    out: Tensor | None = None  # [1, 1, d], [1, 1, n_vocab] or what finish returned
     scores: list[Tensor] | None = None  # n_layer × [1, H, 1, 1500]
     error: BaseException | None = None
     done: bool = False
@@ -85,10 +88,16 @@ class StepBatcher:
                 self._cond.notify_all()
 
     def step(
-        self, token: int, cache: KVCache, need_scores: bool, hidden: bool
+        self,
+        token: int,
+        cache: KVCache,
+        need_scores: bool,
+        hidden: bool,
+        finish: Callable[[Tensor], Tensor] | None = None,
     ) -> tuple[Tensor, list[Tensor] | None]:
-        """One cached step of one decode: its output row [1, 1, d | n_vocab], its scores."""
-        mine = _Step(token, cache, need_scores, hidden)
+        """One cached step of one decode: its output row [1, 1, d | n_vocab], or with `finish`
+        (and hidden) finish(state [d]) computed by the batch's thread; and its scores."""
+        mine = _Step(token, cache, need_scores, hidden, finish)
         with self._cond:
             self._pending.append(mine)
             self._cond.notify_all()
@@ -127,9 +136,12 @@ class StepBatcher:
                 h, scores = decoder(tokens, caches, need_scores=need, hidden=True)  # [B, 1, d]
                 want = [i for i, s in enumerate(batch) if not s.hidden]
                 logits = decoder.project(h[want]) if want else None  # [B', 1, n_vocab]
-            for i, s in enumerate(batch):
-                s.out = logits[want.index(i)][None] if not s.hidden else h[i][None]
-                s.scores = [layer[i : i + 1] for layer in scores] if s.need_scores else None
+                for i, s in enumerate(batch):
+                    if not s.hidden:
+                        s.out = logits[want.index(i)][None]
+                    else:
+                        s.out = h[i][None] if s.finish is None else s.finish(h[i, 0])
+                    s.scores = [layer[i : i + 1] for layer in scores] if s.need_scores else None
         except BaseException as e:  # every decode of the batch sees the failure
             for s in batch:
                 s.error = e

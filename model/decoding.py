@@ -170,13 +170,13 @@ def decode_window(
         return logits[0], scores  # [rows, n_vocab]
 
     def greedy_int8(token: int) -> tuple[torch.Tensor, list | None]:
-        if batcher is not None:
-            h, scores = batcher.step(token, cache, need, hidden=True)  # [1, 1, d]
-        else:
-            x = torch.tensor([[token]], device=device)
-            h, scores = model.decoder(x, cache, need_scores=need, hidden=True)  # [1, 1, d]
         mask = partial(rules.mask, tokens=tokens)
-        return int8.logits(h[0, 0], mask, rules.timestamp_begin), scores  # [n_vocab] masked
+        finish = partial(int8.logits, mask=mask, timestamp_begin=rules.timestamp_begin)
+        if batcher is not None:
+            return batcher.step(token, cache, need, hidden=True, finish=finish)  # [n_vocab]
+        x = torch.tensor([[token]], device=device)
+        h, scores = model.decoder(x, cache, need_scores=need, hidden=True)  # [1, 1, d]
+        return finish(h[0, 0]), scores  # [n_vocab] masked
 
     int8 = model.decoder.int8_logits if temperature == 0 and options.use_cache else None
     cache.truncate(0)

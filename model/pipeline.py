@@ -7,6 +7,7 @@ for event in pipe.transcribe(audio, DecodeOptions(return_attention=True)):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ import numpy as np
 import torch
 
 from model.audio import SAMPLE_RATE, check_audio
+from model.batching import StepBatcher
 from model.checkpoints import Checkpoint, load_checkpoint
 from model.decoding import TASKS, DecodeOptions, OptionsError
 from model.dims import ModelDims
@@ -92,6 +94,12 @@ class Pipeline:
             if event is None:
                 return
             yield event
+
+    def batched(self, max_batch: int = 16) -> Pipeline:
+        """This pipeline with a StepBatcher: transcriptions running on several threads share
+        each cached decoder step's forward (model.batching)."""
+        batcher = StepBatcher(self.model, max_batch=max_batch)
+        return dataclasses.replace(self, context=dataclasses.replace(self.context, batcher=batcher))
 
     def warm_up(self) -> float:
         """Run one short decode so the first request does not pay for lazy initialisation."""

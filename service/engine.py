@@ -4,7 +4,9 @@ A request is admitted (or refused with `Overloaded`), its audio decoded on a sma
 pool, then its transcription generator runs on a decode worker thread. Each event is shaped
 there (the caller's function, e.g. into a proto message) and handed to the event loop
 through an asyncio queue, with a little backpressure. Cancelling the consumer (client
-cancel, deadline, shutdown) closes the generator within one token.
+cancel, deadline, shutdown) closes the generator within one token. With several workers the
+pipeline carries a StepBatcher (model.batching): the workers' model work takes turns, and
+their cached decoder steps run as one batched forward.
 
 A live stream (service.live) takes one admission slot for its whole duration (`admit_live`);
 its decode steps run on a pool of their own, `live_workers` threads, so a long file on a decode
@@ -190,7 +192,7 @@ class Engine:
 
     def __init__(self, limits: Limits, pipeline: Pipeline | None = None) -> None:
         self.limits = limits
-        self._pipeline = pipeline
+        self._pipeline = self._batched(pipeline) if pipeline is not None else None
         self._lock = threading.Lock()
         self._counters = Counters()
         self._mean_seconds = 2.0  # moving average of a transcription's time, for retry hints
@@ -216,8 +218,12 @@ class Engine:
         if warm_up:
             seconds = await asyncio.to_thread(pipe.warm_up)
             log.info("warmed up %s in %.2f s", pipe.name, seconds)
-        self._pipeline = pipe
-        return pipe
+        self._pipeline = self._batched(pipe)
+        return self._pipeline
+
+    def _batched(self, pipe: Pipeline) -> Pipeline:
+        """With several workers, their transcriptions' decoder steps run as one batch."""
+        return pipe.batched(self.limits.workers) if self.limits.workers > 1 else pipe
 
     def counters(self) -> Counters:
         with self._lock:

@@ -10,6 +10,7 @@ segments of 16 and 10 tokens, so 27 token events.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import time
 from collections.abc import Iterator
@@ -192,9 +193,14 @@ def test_eight_concurrent_streams(
         ),
     ]
     jobs = [requests[i % 3] for i in range(8)]
+    batcher = server.engine.pipeline.context.batcher  # 2 workers: their steps are batched
+    assert batcher is not None
+    before = dataclasses.replace(batcher.stats)
     with ThreadPoolExecutor(8) as pool:
         results = list(pool.map(lambda r: list(stub.StreamTranscribe(r, timeout=120)), jobs))
     assert len(results) == 8
+    steps, batches = (batcher.stats.steps - before.steps, batcher.stats.batches - before.batches)
+    assert steps == 8 * 26 and batches < steps  # 26 steps after each prompt, some shared
     for request, responses in zip(jobs, results, strict=True):
         tokens = events(responses, "token")
         assert responses[-1].done.transcript.text == JFK_TEXT
