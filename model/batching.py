@@ -10,10 +10,12 @@ decode's `finish` to its state (e.g. int8 logits under its logit rules), so that
 step's torch work runs in the batch. The rest (the token's choice, its event) stays on the
 decode's own thread.
 
-The decodes' other model work (encoder, cross-attention K/V, the first step over the prompt,
-the word-timestamp pass) takes `exclusive()`, as a batch does: one piece of torch work at a
-time, each using all of torch's threads, instead of several oversubscribing the cores; the
-threads' Python work still overlaps it.
+Batches run on one thread of their own, the model thread, and so does the decodes' other
+model work (encoder, cross-attention K/V, the first step over the prompt, the word-timestamp
+pass: `call`): one piece of torch work at a time, always from the same thread. Torch's
+OpenMP threads belong to the thread that calls it; ops called from several threads at once
+each bring a team that spins on the same cores, which cost more than the batch saved. The
+decodes' own threads keep their Python work.
 
 The batch changes no decode's numbers beyond float rounding: the same weights, each token's
 own cache; tests pin token-identical transcripts.
@@ -25,13 +27,17 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 from torch import Tensor
 
 from model.kv_cache import CacheBatch, KVCache
 from model.whisper import Whisper
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -68,16 +74,21 @@ class StepBatcher:
         self._cond = threading.Condition()
         self._pending: list[_Step] = []
         self._active = 0  # decodes registered
-        self._leading = False
-        self._torch = threading.Lock()
+        self._scheduled = False  # a batch is queued or running on the model thread
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="xattn-model")
 
-    def exclusive(self) -> threading.Lock:
-        """Held around a decode's model work outside `step` (see the module docstring)."""
-        return self._torch
+    def call(self, fn: Callable[..., T], *args: object) -> T:
+        """fn(*args), a decode's model work outside `step`, on the model thread; waits."""
+
+        def run() -> T:
+            with torch.inference_mode():
+                return fn(*args)
+
+        return self._thread.submit(run).result()
 
     @contextlib.contextmanager
     def joined(self) -> Iterator[None]:
-        """Register a decode for as long as it steps (leaders wait for registered ones)."""
+        """Register a decode for as long as it steps (a batch waits for registered ones)."""
         with self._cond:
             self._active += 1
         try:
@@ -96,57 +107,76 @@ class StepBatcher:
         finish: Callable[[Tensor], Tensor] | None = None,
     ) -> tuple[Tensor, list[Tensor] | None]:
         """One cached step of one decode: its output row [1, 1, d | n_vocab], or with `finish`
-        (and hidden) finish(state [d]) computed by the batch's thread; and its scores."""
+        (and hidden) finish(state [d]) computed on the model thread; and its scores."""
         mine = _Step(token, cache, need_scores, hidden, finish)
         with self._cond:
             self._pending.append(mine)
+            if not self._scheduled:
+                self._scheduled = True
+                self._thread.submit(self._batch)
             self._cond.notify_all()
             while not mine.done:
-                if self._leading:
-                    self._cond.wait()
-                    continue
-                self._leading = True
-                deadline = time.monotonic() + self.linger
-                while len(self._pending) < self._active and time.monotonic() < deadline:
-                    self._cond.wait(max(0.0, deadline - time.monotonic()))
-                batch, self._pending = (
-                    self._pending[: self.max_batch],
-                    self._pending[self.max_batch :],
-                )
-                self._cond.release()
-                try:
-                    self._run(batch)
-                finally:
-                    self._cond.acquire()
-                    self._leading = False
-                    self._cond.notify_all()
+                self._cond.wait()
         if mine.error is not None:
             raise mine.error
         assert mine.out is not None
         return mine.out, mine.scores
 
-    def _run(self, batch: list[_Step]) -> None:
-        decoder = self.model.decoder
-        need = any(s.need_scores for s in batch)
+    def _batch(self) -> None:
+        """On the model thread: wait for the registered decodes' steps, then run them."""
+        with self._cond:
+            deadline = time.monotonic() + self.linger
+            while len(self._pending) < self._active and time.monotonic() < deadline:
+                self._cond.wait(max(0.0, deadline - time.monotonic()))
+            batch = self._pending[: self.max_batch]
+            self._pending = self._pending[self.max_batch :]
         try:
-            with self._torch, torch.inference_mode():
-                device = batch[0].cache.self_k.device
-                tokens = torch.tensor([[s.token] for s in batch], device=device)  # [B, 1]
-                caches = CacheBatch([s.cache for s in batch])
-                h, scores = decoder(tokens, caches, need_scores=need, hidden=True)  # [B, 1, d]
-                want = [i for i, s in enumerate(batch) if not s.hidden]
-                logits = decoder.project(h[want]) if want else None  # [B', 1, n_vocab]
-                for i, s in enumerate(batch):
-                    if not s.hidden:
-                        s.out = logits[want.index(i)][None]
-                    else:
-                        s.out = h[i][None] if s.finish is None else s.finish(h[i, 0])
-                    s.scores = [layer[i : i + 1] for layer in scores] if s.need_scores else None
-        except BaseException as e:  # every decode of the batch sees the failure
-            for s in batch:
+            self._run(batch)
+        finally:
+            with self._cond:
+                if self._pending:  # arrived meanwhile: the next batch, after queued work
+                    self._thread.submit(self._batch)
+                else:
+                    self._scheduled = False
+                self._cond.notify_all()
+
+    def _run(self, batch: list[_Step]) -> None:
+        """One forward for the batch; a step's own failure (its context full, its finish) is
+        its decode's alone, the forward's is every one's."""
+        decoder = self.model.decoder
+        n_ctx = self.model.dims.n_text_ctx
+        for s in batch:
+            if s.cache.length >= n_ctx:
+                s.error = ValueError(f"decoder context full: {s.cache.length + 1} > {n_ctx}")
+        ready = [s for s in batch if s.error is None]
+        try:
+            if ready:
+                self._forward(decoder, ready)
+        except BaseException as e:
+            for s in ready:
                 s.error = e
         finally:
             for s in batch:
                 s.done = True
             self.stats.steps += len(batch)
             self.stats.batches += 1
+
+    @staticmethod
+    def _forward(decoder: torch.nn.Module, batch: list[_Step]) -> None:
+        need = any(s.need_scores for s in batch)
+        with torch.inference_mode():
+            device = batch[0].cache.self_k.device
+            tokens = torch.tensor([[s.token] for s in batch], device=device)  # [B, 1]
+            caches = CacheBatch([s.cache for s in batch])
+            h, scores = decoder(tokens, caches, need_scores=need, hidden=True)  # [B, 1, d]
+            want = [i for i, s in enumerate(batch) if not s.hidden]
+            logits = decoder.project(h[want]) if want else None  # [B', 1, n_vocab]
+            for i, s in enumerate(batch):
+                try:
+                    if not s.hidden:
+                        s.out = logits[want.index(i)][None]
+                    else:
+                        s.out = h[i][None] if s.finish is None else s.finish(h[i, 0])
+                except Exception as e:  # this decode's finish (its logit rules)
+                    s.error = e
+                s.scores = [layer[i : i + 1] for layer in scores] if s.need_scores else None

@@ -180,7 +180,9 @@ def decode_window(
 
     int8 = model.decoder.int8_logits if temperature == 0 and options.use_cache else None
     cache.truncate(0)
-    with batcher.exclusive() if batcher is not None else contextlib.nullcontext():
+    if batcher is not None:  # on the model thread, as the steps
+        first, scores = batcher.call(forward, tokens, [sot_index, -1])
+    else:
         first, scores = forward(tokens, [sot_index, -1])
     no_speech_prob = first[0].softmax(dim=-1)[tokenizer.no_speech].item()
     logits, masked = first[-1], False

@@ -9,10 +9,10 @@ and more TokenEvents on fallback), Segment…, and finally the Transcript.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -41,6 +41,7 @@ from model.whisper import Whisper
 from model.words import WordAligner
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 Event = WindowStart | TokenEvent | WindowDiscarded | Segment | Transcript
 FRAMES_PER_SECOND = SAMPLE_RATE // HOP_LENGTH  # mel frames: 100
 INPUT_STRIDE = 2  # mel frames per encoder frame
@@ -159,11 +160,15 @@ def decode_with_fallback(
     raise ValueError("no temperatures to decode with")
 
 
+def _now(fn: Callable[..., T], *args: object) -> T:
+    return fn(*args)
+
+
 def transcribe(ctx: Context, audio: np.ndarray, options: DecodeOptions) -> Iterator[Event]:
     """Yield every event of the transcription of `audio` (16 kHz mono float32)."""
     model, tok = ctx.model, ctx.tokenizer
     device = model.device
-    exclusive = ctx.batcher.exclusive if ctx.batcher is not None else contextlib.nullcontext
+    run = ctx.batcher.call if ctx.batcher is not None else _now
     dtype = next(model.parameters()).dtype
     mel = log_mel_spectrogram(audio, model.dims.n_mels, padding=N_SAMPLES, device=device)
     content_frames = mel.shape[-1] - N_FRAMES  # [n_mels, content + 3000]
@@ -172,8 +177,7 @@ def transcribe(ctx: Context, audio: np.ndarray, options: DecodeOptions) -> Itera
     language = options.language
     if language is None and tok.multilingual:  # once, on the first 30 s, as the reference
         first = pad_or_trim(mel, N_FRAMES)[None].to(dtype)  # [1, n_mels, 3000]
-        with exclusive():
-            language, _ = detect_language(model, model.encoder(first), tok)
+        language, _ = run(lambda: detect_language(model, model.encoder(first), tok))
         log.debug("detected language %s", language)
     language = language or "en"
     sot_sequence = tok.sot_sequence(language, options.task)
@@ -198,9 +202,8 @@ def transcribe(ctx: Context, audio: np.ndarray, options: DecodeOptions) -> Itera
         time_offset = seek * HOP_LENGTH / SAMPLE_RATE
         segment_size = min(N_FRAMES, content_frames - seek)
         mel_segment = pad_or_trim(mel[:, seek : seek + segment_size], N_FRAMES)  # [n_mels, 3000]
-        with exclusive():
-            features = model.encoder(mel_segment[None].to(dtype))  # [1, 1500, d]
-            cache = model.new_cache(features)  # cross-attention K/V: once per window
+        features = run(model.encoder, mel_segment[None].to(dtype))  # [1, 1500, d]
+        cache = run(model.new_cache, features)  # cross-attention K/V: once per window
         num_frames = segment_size // INPUT_STRIDE
         yield WindowStart(window, time_offset, num_frames, language)
 
@@ -236,10 +239,10 @@ def transcribe(ctx: Context, audio: np.ndarray, options: DecodeOptions) -> Itera
         words: list[tuple] = [() for _ in pieces]
         timings: list[tuple] = [() for _ in pieces]
         if options.word_timestamps and ctx.aligner is not None:
-            with exclusive():
-                pieces, words, timings, last_end = ctx.aligner.align(
-                    cache, sot_sequence, pieces, num_frames, language, time_offset, last_speech
-                )
+            pieces, words, timings, last_end = run(
+                ctx.aligner.align,
+                *(cache, sot_sequence, pieces, num_frames, language, time_offset, last_speech),
+            )
             if last_end is not None:
                 if not single_ending and last_end > time_offset:
                     seek = round(last_end * FRAMES_PER_SECOND)

@@ -66,7 +66,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "int8-logits (int8 output projection, deciding logits rescored in fp32), "
         "bf16-encoder+int8-logits, or auto (the fast paths this CPU has; fp32 elsewhere)",
     )
-    flag("workers", int, DEFAULTS.workers, "transcriptions decoded at once")
+    flag("workers", int, DEFAULTS.workers, "transcriptions decoded at once (steps batched)")
     flag("max-queue", int, DEFAULTS.max_queue, "transcriptions that may wait for a worker")
     flag("max-audio-seconds", float, DEFAULTS.max_audio_seconds, "longest audio accepted")
     flag("max-message-mb", float, DEFAULTS.max_message_mb, "largest message, MiB")

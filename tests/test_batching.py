@@ -90,3 +90,20 @@ def test_threads_sharing_a_batcher_transcribe_as_alone(compute: str, jfk_path: P
     assert out == alone
     assert batcher.stats.steps == sum(len(a) - 1 for a in alone)  # the first is the prompt
     assert batcher.stats.mean_batch > 1.0  # some steps did run together
+
+
+def test_a_failing_step_raises_in_its_caller_and_the_batcher_goes_on(jfk_path: Path) -> None:
+    model = pipeline("fp32").model
+    batcher = StepBatcher(model)
+    with torch.inference_mode():
+        mel = pad_or_trim(log_mel_spectrogram(decode_audio(jfk_path), 80), N_FRAMES)
+        features = batcher.call(model.encoder, mel[None])  # on the model thread
+        cache = batcher.call(model.new_cache, features)
+    full = cache.fork()
+    full.length = full.n_ctx  # no room for one more token
+    with batcher.joined(), pytest.raises(ValueError, match="decoder context full"):
+        batcher.step(50257, full, need_scores=False, hidden=False)
+    with batcher.joined():
+        logits, scores = batcher.step(50257, cache, need_scores=True, hidden=False)
+    assert logits.shape == (1, 1, model.dims.n_vocab) and len(scores) == model.dims.n_text_layer
+    assert cache.length == 1 and batcher.stats.steps == 2
