@@ -3,9 +3,9 @@
 A cached step reads every decoder weight for one token, so it is bound by memory; decodes
 running at once on different threads (the server's workers) can share that read. Each
 decode registers while it loops (`joined`) and hands its steps to `step`, which blocks: the
-first waiting thread leads, lingers until every registered decode has a step waiting (or
-`linger` seconds pass), runs them as one forward (`CacheBatch`: the linear layers over the
-batch, attention per decode over its own cache) and hands each its rows, after applying each
+model thread (below) lingers until every registered decode has a step waiting (or `linger`
+seconds pass), runs them as one forward (`CacheBatch`: the linear layers over the batch,
+attention per decode over its own cache) and hands each its rows, after applying each
 decode's `finish` to its state (e.g. int8 logits under its logit rules), so that all of a
 step's torch work runs in the batch. The rest (the token's choice, its event) stays on the
 decode's own thread.
