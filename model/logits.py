@@ -77,12 +77,12 @@ class Int8Logits:
         approx += self.bias
         lo, hi = min(float(n.min()), 0.0), max(float(n.max()), 0.0)
         step = (hi - lo) / ACTIVATION_LEVELS  # the activations' rounding step
-        margin = torch.add(self.w_step, self.w_norm, alpha=step / float(n.norm()))  # [V]
-        return approx, margin.mul_(float(n.norm()))
+        margin = (self.w_step * float(n.norm())).add_(self.w_norm, alpha=step)  # [V]
+        return approx, margin
 
-    def exact(self, h: Tensor, ids: Tensor | slice) -> Tensor:
-        """fp32 logits of the tokens `ids` from h [d], as the exact path computes them."""
-        x = F.layer_norm(h, (h.shape[-1],), self.gamma, self.beta, self.eps)  # [d]
+    def exact(self, x: Tensor, ids: Tensor | slice) -> Tensor:
+        """fp32 logits of the tokens `ids` from x [d], the state after the final LayerNorm, as
+        the exact path computes them."""
         return x @ self.weight_t[:, ids]  # [k]
 
     def logits(self, h: Tensor, mask: Callable[[Tensor], None], timestamp_begin: int) -> Tensor:
@@ -91,6 +91,7 @@ class Int8Logits:
         `timestamp_begin`), and every allowed timestamp, is exact."""
         approx, margin = self.approximate(h)
         mask(approx)
+        x = F.layer_norm(h, (h.shape[-1],), self.gamma, self.beta, self.eps)  # [d]
         ts = timestamp_begin
         text, margin = approx[:ts], margin[:ts]  # [ts]
         best_low = float((text - margin).max())  # the best text token's exact logit is above
@@ -98,7 +99,7 @@ class Int8Logits:
             deciding = (text + margin) >= best_low  # [ts] the others are below best_low
             top = text.topk(min(MASS_TOKENS, ts)).indices  # most of the softmax's mass
             ids = torch.cat([deciding.nonzero()[:, 0], top]).unique()  # [k]
-            exact = self.exact(h, ids)  # [k]
+            exact = self.exact(x, ids)  # [k]
             # the int8 error is partly common to all tokens (the activations' rounding):
             # shift the rest by its mean over the rescored ones, kept below best_low
             shift = float((exact - text[ids]).mean())
@@ -107,5 +108,5 @@ class Int8Logits:
         stamps = approx[ts:]  # [1501]
         allowed = stamps.isfinite()
         if bool(allowed.any()):
-            approx[ts:] = torch.where(allowed, self.exact(h, slice(ts, None)), -math.inf)
+            approx[ts:] = torch.where(allowed, self.exact(x, slice(ts, None)), -math.inf)
         return approx
