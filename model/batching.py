@@ -40,6 +40,15 @@ from model.whisper import Whisper
 T = TypeVar("T")
 
 
+def model_work(batcher: StepBatcher | None) -> Callable[..., object]:
+    """How a decode runs its model work: `batcher.call` (on the model thread), or at once."""
+    return batcher.call if batcher is not None else _at_once
+
+
+def _at_once(fn: Callable[..., T], *args: object) -> T:
+    return fn(*args)
+
+
 @dataclass
 class _Step:
     token: int

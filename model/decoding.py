@@ -19,7 +19,7 @@ from functools import partial
 import numpy as np
 import torch
 
-from model.batching import StepBatcher
+from model.batching import StepBatcher, model_work
 from model.kv_cache import KVCache
 from model.tokenizer import Tokenizer
 from model.whisper import Whisper
@@ -180,10 +180,7 @@ def decode_window(
 
     int8 = model.decoder.int8_logits if temperature == 0 and options.use_cache else None
     cache.truncate(0)
-    if batcher is not None:  # on the model thread, as the steps
-        first, scores = batcher.call(forward, tokens, [sot_index, -1])
-    else:
-        first, scores = forward(tokens, [sot_index, -1])
+    first, scores = model_work(batcher)(forward, tokens, [sot_index, -1])  # [2, n_vocab]
     no_speech_prob = first[0].softmax(dim=-1)[tokenizer.no_speech].item()
     logits, masked = first[-1], False
     with batcher.joined() if batcher is not None else contextlib.nullcontext():

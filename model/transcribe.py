@@ -10,9 +10,8 @@ and more TokenEvents on fallback), Segment…, and finally the Transcript.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
-from typing import TypeVar
 
 import numpy as np
 import torch
@@ -26,7 +25,7 @@ from model.audio import (
     log_mel_spectrogram,
     pad_or_trim,
 )
-from model.batching import StepBatcher
+from model.batching import StepBatcher, model_work
 from model.decoding import (
     DecodeOptions,
     LogitRules,
@@ -41,7 +40,6 @@ from model.whisper import Whisper
 from model.words import WordAligner
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 Event = WindowStart | TokenEvent | WindowDiscarded | Segment | Transcript
 FRAMES_PER_SECOND = SAMPLE_RATE // HOP_LENGTH  # mel frames: 100
 INPUT_STRIDE = 2  # mel frames per encoder frame
@@ -160,15 +158,11 @@ def decode_with_fallback(
     raise ValueError("no temperatures to decode with")
 
 
-def _now(fn: Callable[..., T], *args: object) -> T:
-    return fn(*args)
-
-
 def transcribe(ctx: Context, audio: np.ndarray, options: DecodeOptions) -> Iterator[Event]:
     """Yield every event of the transcription of `audio` (16 kHz mono float32)."""
     model, tok = ctx.model, ctx.tokenizer
     device = model.device
-    run = ctx.batcher.call if ctx.batcher is not None else _now
+    run = model_work(ctx.batcher)
     dtype = next(model.parameters()).dtype
     mel = log_mel_spectrogram(audio, model.dims.n_mels, padding=N_SAMPLES, device=device)
     content_frames = mel.shape[-1] - N_FRAMES  # [n_mels, content + 3000]
