@@ -95,6 +95,10 @@ class StepBatcher:
 
         return self._thread.submit(run).result()
 
+    def close(self) -> None:
+        """Stop the model thread once its queued work is done."""
+        self._thread.shutdown(wait=True)
+
     @contextlib.contextmanager
     def joined(self) -> Iterator[None]:
         """Register a decode for as long as it steps (a batch waits for registered ones)."""

@@ -332,7 +332,10 @@ class Engine:
 
     async def close(self) -> None:
         """Stop taking work; wait for the worker threads (call after in-flight RPCs end)."""
+        batcher = self._pipeline.context.batcher if self._pipeline is not None else None
         self._pipeline = None
         await asyncio.to_thread(self.decode_pool.shutdown, wait=True, cancel_futures=True)
         await asyncio.to_thread(self.audio_pool.shutdown, wait=True, cancel_futures=True)
         await asyncio.to_thread(self.live_pool.shutdown, wait=True, cancel_futures=True)
+        if batcher is not None:  # after the workers: none of them waits on it any more
+            await asyncio.to_thread(batcher.close)

@@ -107,3 +107,12 @@ def test_a_failing_step_raises_in_its_caller_and_the_batcher_goes_on(jfk_path: P
         logits, scores = batcher.step(50257, cache, need_scores=True, hidden=False)
     assert logits.shape == (1, 1, model.dims.n_vocab) and len(scores) == model.dims.n_text_layer
     assert cache.length == 1 and batcher.stats.steps == 2
+
+
+def test_close_stops_the_model_thread() -> None:
+    batcher = StepBatcher(pipeline("fp32").model)
+    thread = batcher.call(threading.current_thread)
+    assert thread is not threading.current_thread() and thread.is_alive()
+    batcher.close()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
