@@ -23,8 +23,8 @@ from pathlib import Path
 
 import grpc
 import numpy as np
-import torch
 
+from benchmarks.decode import encoder_seconds
 from model.audio import N_FRAMES, decode_audio, log_mel_spectrogram, pad_or_trim
 from model.decoding import DecodeOptions
 from model.pipeline import Pipeline, load_pipeline
@@ -59,18 +59,6 @@ def streamed(stub: transcriber_pb2_grpc.TranscriberStub, data: bytes) -> tuple[f
         if first is None and response.WhichOneof("event") == "token":
             first = time.perf_counter() - t0
     return time.perf_counter() - t0, first or 0.0
-
-
-def encoder_seconds(pipe: Pipeline, data: bytes, repeats: int = 5) -> float:
-    """Median seconds of one encoder pass over the clip's first window."""
-    mel = pad_or_trim(log_mel_spectrogram(decode_audio(data), pipe.dims.n_mels), N_FRAMES)
-    times = []
-    with torch.inference_mode():
-        for _ in range(repeats + 1):
-            t0 = time.perf_counter()
-            pipe.model.encoder(mel[None])
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times[1:])
 
 
 def rss_mb() -> tuple[float, float]:
@@ -119,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     seconds = len(decode_audio(data)) / 16000
     pipe = load_pipeline(args.model, compute=args.compute)
     pipe.warm_up()
-    encoder = encoder_seconds(pipe, data)
+    mel = pad_or_trim(log_mel_spectrogram(decode_audio(data), pipe.dims.n_mels), N_FRAMES)
+    encoder = encoder_seconds(pipe, mel, repeats=5)
     config = ServerConfig(
         port=0, workers=args.workers, max_queue=max(args.levels) * 2, compute=pipe.compute
     )
