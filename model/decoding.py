@@ -150,65 +150,72 @@ def decode_window(
     batcher: StepBatcher | None = None,
 ) -> Generator[Step, None, WindowResult]:
     """Greedy (t = 0) or sampled decoding of one window; yields each token as it is chosen.
-    With a batcher, the cached steps run batched with other threads' decodes."""
+    With a batcher, the cached steps run batched with other threads' decodes, and so does all
+    of a step's torch work (its logits, the token's choice, its attention rows: `finish`)."""
     n_ctx = model.dims.n_text_ctx
     sample_len = options.sample_len or n_ctx // 2
     need = options.return_attention or options.online_timestamps
     device = audio_features.device
     gen = torch.Generator().manual_seed(options.seed) if temperature > 0 else None
+    int8 = model.decoder.int8_logits if temperature == 0 and options.use_cache else None
     tokens = list(initial_tokens)
     sampled: list[int] = []
     sum_logprob = 0.0
 
-    def forward(new: list[int], rows: list[int], step: bool = False) -> tuple[torch.Tensor, list]:
-        if batcher is not None and step and options.use_cache:  # one token after the prompt
-            logits, scores = batcher.step(new[0], cache, need, hidden=False)
-            return logits[0], scores  # [1, n_vocab]
-        c = cache if options.use_cache else model.new_cache(audio_features)
-        x = torch.tensor([tokens if not options.use_cache else new], device=device)
-        logits, scores = model.decoder(x, c, need_scores=need, logit_rows=rows)
-        return logits[0], scores  # [rows, n_vocab]
+    def choose(logits: torch.Tensor, scores: list | None) -> Step:
+        """The token of masked logits [n_vocab] (fp32) and its attention rows."""
+        rules.prefer_timestamps(logits)
+        if temperature == 0:
+            token = int(logits.argmax())
+        else:
+            probs = (logits / temperature).softmax(dim=-1)
+            token = int(torch.multinomial(probs.cpu(), 1, generator=gen))
+        logprob = float(torch.log_softmax(logits, dim=-1)[token])
+        return Step(token, logprob, attention_rows(scores) if need else None)
 
-    def greedy_int8(token: int) -> tuple[torch.Tensor, list | None]:
-        mask = partial(rules.mask, tokens=tokens)
-        finish = partial(int8.logits, mask=mask, timestamp_begin=rules.timestamp_begin)
-        if batcher is not None:
-            return batcher.step(token, cache, need, hidden=True, finish=finish)  # [n_vocab]
-        x = torch.tensor([[token]], device=device)
+    def finish(h: torch.Tensor, logits: torch.Tensor | None, scores: list | None) -> Step:
+        """A cached step's token from its state h [d] (int8 logits, rescored) or its logits."""
+        if logits is None:
+            mask = partial(rules.mask, tokens=tokens)
+            logits = int8.logits(h, mask=mask, timestamp_begin=rules.timestamp_begin)
+        else:
+            rules.mask(logits, tokens)
+        return choose(logits, scores)
+
+    def first() -> tuple[float, Step]:
+        """The prompt's forward: the no-speech probability and the first token."""
+        cache.truncate(0)
+        x = torch.tensor([tokens], device=device)  # [1, T]
+        logits, scores = model.decoder(x, cache, need_scores=need, logit_rows=[sot_index, -1])
+        no_speech_prob = logits[0, 0].softmax(dim=-1)[tokenizer.no_speech].item()
+        last = logits[0, -1].clone()  # [n_vocab]
+        rules.mask(last, tokens)
+        return no_speech_prob, choose(last, scores)
+
+    def next_step(token: int) -> Step:
+        if batcher is not None and options.use_cache:
+            return batcher.step(token, cache, need, int8 is None, finish)
+        if not options.use_cache:  # the whole sequence again, through a fresh cache
+            x = torch.tensor([tokens], device=device)  # [1, T]
+            logits, scores = model.decoder(x, model.new_cache(audio_features), need, [-1])
+            return finish(torch.empty(0), logits[0, -1], scores)
+        x = torch.tensor([[token]], device=device)  # [1, 1]
         h, scores = model.decoder(x, cache, need_scores=need, hidden=True)  # [1, 1, d]
-        return finish(h[0, 0]), scores  # [n_vocab] masked
+        logits = model.decoder.project(h)[0, 0] if int8 is None else None  # [n_vocab]
+        return finish(h[0, 0], logits, scores)
 
-    int8 = model.decoder.int8_logits if temperature == 0 and options.use_cache else None
-    cache.truncate(0)
-    first, scores = model_work(batcher)(forward, tokens, [sot_index, -1])  # [2, n_vocab]
-    no_speech_prob = first[0].softmax(dim=-1)[tokenizer.no_speech].item()
-    logits, masked = first[-1], False
+    no_speech_prob, step = model_work(batcher)(first)
     with batcher.joined() if batcher is not None else contextlib.nullcontext():
         for _ in range(sample_len):
-            logits = logits.float() if masked else logits.float().clone()  # [n_vocab]
-            if masked:
-                rules.prefer_timestamps(logits)
-            else:
-                rules.apply(logits, tokens)
-            if temperature == 0:
-                token = int(logits.argmax())
-            else:
-                probs = (logits / temperature).softmax(dim=-1)
-                token = int(torch.multinomial(probs.cpu(), 1, generator=gen))
-            logprob = float(torch.log_softmax(logits, dim=-1)[token])
-            sum_logprob += logprob
-            yield Step(token, logprob, attention_rows(scores) if need else None)
-            if token == rules.eot:
+            sum_logprob += step.logprob
+            yield step
+            if step.token == rules.eot:
                 break
-            tokens.append(token)
-            sampled.append(token)
+            tokens.append(step.token)
+            sampled.append(step.token)
             if len(tokens) > n_ctx:
                 break
-            if int8 is not None:
-                (logits, scores), masked = greedy_int8(token), True
-            else:
-                logits, scores = forward([token], [-1], step=True)
-                logits = logits[-1]
+            step = next_step(step.token)
     text = tokenizer.decode(sampled).strip()
     return WindowResult(
         tokens=tuple(sampled),

@@ -19,8 +19,9 @@ import torch
 class CrossKV:
     """Cross-attention keys and values of one window, per decoder layer."""
 
-    k: list[torch.Tensor]  # n_layer × [batch, n_head, n_audio_ctx, d_head]
-    v: list[torch.Tensor]  # n_layer × [batch, n_head, n_audio_ctx, d_head]
+    # stored transposed (model.whisper.CrossAttention.project_kv)
+    k: list[torch.Tensor]  # n_layer × [batch, n_head, d_head, n_audio_ctx]
+    v: list[torch.Tensor]  # n_layer × [batch, n_head, d_head, n_audio_ctx]
 
     @property
     def batch(self) -> int:
@@ -35,7 +36,7 @@ class KVCache:
 
     def __init__(self, cross: CrossKV, n_ctx: int) -> None:
         k0 = cross.k[0]
-        batch, n_head, _, d_head = k0.shape
+        batch, n_head, d_head, _ = k0.shape
         n_layer = len(cross.k)
         shape = (n_layer, batch, n_head, n_ctx, d_head)
         self.cross = cross

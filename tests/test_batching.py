@@ -62,6 +62,21 @@ def test_cache_batch_step_equals_single_steps(jfk_path: Path) -> None:
         assert torch.allclose(a.self_k[:, :, :, :n], b.self_k[:, :, :, :n], atol=1e-5)
 
 
+def test_batch_projection_equals_the_row_by_row_one() -> None:
+    """project(batch=True) (oneDNN's kernel over a blocked copy of the weight, on a CPU) gives
+    the logits of the plain projection, for any number of rows."""
+    decoder = pipeline("fp32").model.decoder
+    h = torch.randn(
+        8, 1, decoder.ln.normalized_shape[0], generator=torch.Generator().manual_seed(0)
+    )
+    with torch.inference_mode():
+        rows = torch.cat([decoder.project(h[i : i + 1]) for i in range(len(h))])  # [8, 1, V]
+        for n in (1, 2, 8):
+            batched = decoder.project(h[:n], batch=True)  # [n, 1, V]
+            assert batched.shape == rows[:n].shape
+            assert torch.allclose(batched, rows[:n], atol=1e-4, rtol=1e-5)
+
+
 def tokens_of(pipe: Pipeline, audio: np.ndarray) -> list[int]:
     options = DecodeOptions(return_attention=True, temperatures=(0.0,))
     return [e.id for e in pipe.transcribe(audio, options) if isinstance(e, TokenEvent)]
@@ -101,12 +116,20 @@ def test_a_failing_step_raises_in_its_caller_and_the_batcher_goes_on(jfk_path: P
         cache = batcher.call(model.new_cache, features)
     full = cache.fork()
     full.length = full.n_ctx  # no room for one more token
+
+    def finish(h: torch.Tensor, logits: torch.Tensor | None, scores: list | None) -> tuple:
+        return h, logits, scores
+
     with batcher.joined(), pytest.raises(ValueError, match="decoder context full"):
-        batcher.step(50257, full, need_scores=False, hidden=False)
+        batcher.step(50257, full, need_scores=False, project=True, finish=finish)
+    with batcher.joined(), pytest.raises(ZeroDivisionError):  # this step's own finish fails
+        batcher.step(50257, cache.fork(), need_scores=False, project=False, finish=lambda *_: 1 / 0)
     with batcher.joined():
-        logits, scores = batcher.step(50257, cache, need_scores=True, hidden=False)
-    assert logits.shape == (1, 1, model.dims.n_vocab) and len(scores) == model.dims.n_text_layer
-    assert cache.length == 1 and batcher.stats.steps == 2
+        out = batcher.step(50257, cache, need_scores=True, project=True, finish=finish)
+    h, logits, scores = out
+    assert h.shape == (model.dims.n_text_state,) and logits.shape == (model.dims.n_vocab,)
+    assert len(scores) == model.dims.n_text_layer and scores[0].shape[:3] == (1, 6, 1)
+    assert cache.length == 1 and batcher.stats.steps == 3
 
 
 def test_close_stops_the_model_thread() -> None:
