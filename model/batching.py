@@ -5,10 +5,11 @@ running at once on different threads (the server's workers) can share that read.
 decode registers while it loops (`joined`) and hands its steps to `step`, which blocks: the
 model thread (below) lingers until every registered decode has a step waiting (or `linger`
 seconds pass), runs them as one forward (`CacheBatch`: the linear layers over the batch,
-attention per decode over its own cache) and hands each its rows, after applying each
-decode's `finish` to its state (e.g. int8 logits under its logit rules), so that all of a
-step's torch work runs in the batch. The rest (the token's choice, its event) stays on the
-decode's own thread.
+attention per decode over its own cache) and one output projection over the batch's rows,
+and hands each decode its own `finish` of its row (its logit rules, the token's choice, its
+attention rows), so that all of a step's torch work runs in the batch. Only the Python
+around it (the token's event) stays on the decode's own thread. A step alone may skip the
+projection (`project=False`): its finish then makes its logits from the state (int8).
 
 Batches run on one thread of their own, the model thread, and so does the decodes' other
 model work (encoder, cross-attention K/V, the first step over the prompt, the word-timestamp
