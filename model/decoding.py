@@ -88,13 +88,9 @@ class LogitRules:
     max_initial_timestamp_index: int | None
     timestamps: bool = True  # False: text only (the sequence holds <|notimestamps|>)
 
-    def apply(self, logits: torch.Tensor, tokens: list[int]) -> None:
-        """Mask `logits` [n_vocab] in place, given every token so far."""
-        self.mask(logits, tokens)
-        self.prefer_timestamps(logits)
-
     def mask(self, logits: torch.Tensor, tokens: list[int]) -> None:
-        """The rules that forbid tokens outright (-inf in place)."""
+        """The rules that forbid tokens outright: -inf in `logits` [n_vocab] in place, given
+        every token so far (then `prefer_timestamps`)."""
         sampled = tokens[self.sample_begin :]
         ts = self.timestamp_begin
         if not sampled:
@@ -162,8 +158,11 @@ def decode_window(
     sampled: list[int] = []
     sum_logprob = 0.0
 
-    def choose(logits: torch.Tensor, scores: list | None) -> Step:
-        """The token of masked logits [n_vocab] (fp32) and its attention rows."""
+    def choose(logits: torch.Tensor, scores: list | None, masked: bool = False) -> Step:
+        """The token of fp32 logits [n_vocab] (masked in place unless `masked`) and its
+        attention rows."""
+        if not masked:
+            rules.mask(logits, tokens)
         rules.prefer_timestamps(logits)
         if temperature == 0:
             token = int(logits.argmax())
@@ -174,13 +173,12 @@ def decode_window(
         return Step(token, logprob, attention_rows(scores) if need else None)
 
     def finish(h: torch.Tensor, logits: torch.Tensor | None, scores: list | None) -> Step:
-        """A cached step's token from its state h [d] (int8 logits, rescored) or its logits."""
-        if logits is None:
-            mask = partial(rules.mask, tokens=tokens)
-            logits = int8.logits(h, mask=mask, timestamp_begin=rules.timestamp_begin)
-        else:
-            rules.mask(logits, tokens)
-        return choose(logits, scores)
+        """A cached step's token from its logits, or from its state h [d] (int8, rescored)."""
+        if logits is not None:
+            return choose(logits, scores)
+        mask = partial(rules.mask, tokens=tokens)  # before the rescoring
+        logits = int8.logits(h, mask=mask, timestamp_begin=rules.timestamp_begin)
+        return choose(logits, scores, masked=True)
 
     def first() -> tuple[float, Step]:
         """The prompt's forward: the no-speech probability and the first token."""
@@ -188,9 +186,7 @@ def decode_window(
         x = torch.tensor([tokens], device=device)  # [1, T]
         logits, scores = model.decoder(x, cache, need_scores=need, logit_rows=[sot_index, -1])
         no_speech_prob = logits[0, 0].softmax(dim=-1)[tokenizer.no_speech].item()
-        last = logits[0, -1].clone()  # [n_vocab]
-        rules.mask(last, tokens)
-        return no_speech_prob, choose(last, scores)
+        return no_speech_prob, choose(logits[0, -1], scores)  # [n_vocab]
 
     def next_step(token: int) -> Step:
         if batcher is not None and options.use_cache:
@@ -198,7 +194,7 @@ def decode_window(
         if not options.use_cache:  # the whole sequence again, through a fresh cache
             x = torch.tensor([tokens], device=device)  # [1, T]
             logits, scores = model.decoder(x, model.new_cache(audio_features), need, [-1])
-            return finish(torch.empty(0), logits[0, -1], scores)
+            return choose(logits[0, -1], scores)  # [n_vocab]
         x = torch.tensor([[token]], device=device)  # [1, 1]
         h, scores = model.decoder(x, cache, need_scores=need, hidden=True)  # [1, 1, d]
         logits = model.decoder.project(h)[0, 0] if int8 is None else None  # [n_vocab]

@@ -256,8 +256,9 @@ class TextDecoder(nn.Module):
         weight in its blocked layout, made on first use: on a CPU, MKL's matmul for 2 to 16
         rows reads the projection at a fraction of memory speed (8 rows: 2.6x slower)."""
         x = self.ln(h)  # [B, T, d]
-        if batch and x.shape[0] * x.shape[1] > 1 and self._blocked_weight() is not None:
-            y = torch.ops.mkldnn._linear_pointwise(x, self._blocked, None, "none", [], "")
+        blocked = self._blocked_weight() if batch and x.shape[0] * x.shape[1] > 1 else None
+        if blocked is not None:
+            y = torch.ops.mkldnn._linear_pointwise(x, blocked, None, "none", [], "")
             return y.float()  # [B, T, n_vocab]
         return (x @ self.token_embedding.weight.T).float()  # [B, T, n_vocab]
 
