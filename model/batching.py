@@ -5,18 +5,19 @@ running at once on different threads (the server's workers) can share that read.
 decode registers while it loops (`joined`) and hands its steps to `step`, which blocks: the
 model thread (below) lingers until every registered decode has a step waiting (or `linger`
 seconds pass), runs them as one forward (`CacheBatch`: the linear layers over the batch,
-attention per decode over its own cache) and one output projection over the batch's rows,
+attention per decode over its own cache) and one output projection over the batch's rows
+(the batcher packs the decoder's weights for oneDNN's small-batch kernel: TextDecoder.pack),
 and hands each decode its own `finish` of its row (its logit rules, the token's choice, its
 attention rows), so that all of a step's torch work runs in the batch. Only the Python
 around it (the token's event) stays on the decode's own thread. A step alone may skip the
 projection (`project=False`): its finish then makes its logits from the state (int8).
 
 Batches run on one thread of their own, the model thread, and so does the decodes' other
-model work (encoder, cross-attention K/V, the first step over the prompt, the word-timestamp
-pass: `call`): one piece of torch work at a time, always from the same thread. Torch's
-OpenMP threads belong to the thread that calls it; ops called from several threads at once
-each bring a team that spins on the same cores, which cost more than the batch saved. The
-decodes' own threads keep their Python work.
+model work (log-mel, encoder, cross-attention K/V, the first step over the prompt, the
+word-timestamp pass: `call`): one piece of torch work at a time, always from the same
+thread. Torch's OpenMP threads belong to the thread that calls it; ops called from several
+threads at once each bring a team that spins on the same cores, which cost more than the
+batch saved. The decodes' own threads keep their Python work.
 
 The batch changes no decode's numbers beyond float rounding: the same weights, each token's
 own cache; tests pin token-identical transcripts.
@@ -82,6 +83,7 @@ class StepBatcher:
 
     def __init__(self, model: Whisper, max_batch: int = 16, linger: float = 0.003) -> None:
         self.model = model
+        model.decoder.pack()  # now, not on the first batched step: oneDNN's weight layout
         self.max_batch = max_batch
         self.linger = linger
         self.stats = BatchStats()
@@ -183,10 +185,11 @@ class StepBatcher:
             caches = CacheBatch([s.cache for s in batch])
             h, scores = decoder(tokens, caches, need_scores=need, hidden=True)  # [B, 1, d]
             # with others, every step takes the batch's fp32 projection, which reads the
-            # weight once for all rows (project's oneDNN kernel): 2 rows cost 1.0-1.3x one
-            # row, 8 rows 1.6x, while int8 logits (a step's own finish) cost one read each
+            # weight once for all rows (oneDNN's kernel, TextDecoder.pack): 2 rows cost
+            # 1.0-1.3x one row, 8 rows 1.6x, while int8 logits (a step's own finish) cost
+            # one read each
             alone = len(batch) == 1 and not batch[0].project
-            logits = None if alone else decoder.project(h, batch=True)[:, 0]  # [B, n_vocab]
+            logits = None if alone else decoder.project(h)[:, 0]  # [B, n_vocab]
             for i, s in enumerate(batch):
                 row = logits[i] if logits is not None else None  # [n_vocab]
                 mine = [layer[i : i + 1] for layer in scores] if s.need_scores else None

@@ -164,7 +164,9 @@ def transcribe(ctx: Context, audio: np.ndarray, options: DecodeOptions) -> Itera
     device = model.device
     run = model_work(ctx.batcher)
     dtype = next(model.parameters()).dtype
-    mel = log_mel_spectrogram(audio, model.dims.n_mels, padding=N_SAMPLES, device=device)
+    # on the model thread too, with a batcher: torch work from other threads brings its own
+    # OpenMP team onto the same cores (model.batching)
+    mel = run(log_mel_spectrogram, audio, model.dims.n_mels, N_SAMPLES, device)
     content_frames = mel.shape[-1] - N_FRAMES  # [n_mels, content + 3000]
     duration = content_frames * HOP_LENGTH / SAMPLE_RATE
 
