@@ -184,9 +184,12 @@ def decode_window(
         """The prompt's forward: the no-speech probability and the first token."""
         cache.truncate(0)
         x = torch.tensor([tokens], device=device)  # [1, T]
-        logits, scores = model.decoder(x, cache, need_scores=need, logit_rows=[sot_index, -1])
-        no_speech_prob = logits[0, 0].softmax(dim=-1)[tokenizer.no_speech].item()
-        return no_speech_prob, choose(logits[0, -1], scores)  # [n_vocab]
+        rows = sorted({sot_index, len(tokens) - 1})  # one row when the prompt is the sot alone
+        h, scores = model.decoder(x, cache, need_scores=need, logit_rows=rows, hidden=True)
+        # exact logits of the sot row; the last row's as a cached step takes them (int8 too)
+        logits = model.decoder.project(h if int8 is None else h[:, :1])[0]  # [R or 1, n_vocab]
+        no_speech_prob = logits[0].softmax(dim=-1)[tokenizer.no_speech].item()
+        return no_speech_prob, finish(h[0, -1], logits[-1] if int8 is None else None, scores)
 
     def next_step(token: int) -> Step:
         if batcher is not None and options.use_cache:
