@@ -59,7 +59,7 @@ def packed_linear(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tens
     on a CPU, MKL's fp32 matmul reads the weight of so few rows at a fraction of memory speed
     (a tiny.en decoder's 24 layer maps for 8 rows: 4.1 vs 5.9 ms, for 2 rows 3.1 vs 5.7; its
     projection for 8 rows: 8 vs 18 ms). None: take the plain matmul."""
-    if weight is None or x.numel() // x.shape[-1] not in PACKED_ROWS:
+    if weight is None or not x.is_cpu or x.numel() // x.shape[-1] not in PACKED_ROWS:
         return None
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
