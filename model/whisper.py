@@ -245,6 +245,8 @@ class TextDecoder(nn.Module):
         self.blocks = nn.ModuleList(
             ResidualAttentionBlock(n_state, n_head, cross_attention=True) for _ in range(n_layer)
         )
+        for lin in self._step_maps():  # column-major too: a step 4-16 % faster (int8 logits)
+            lin.weight = nn.Parameter(torch.empty(lin.in_features, lin.out_features).t())
         self.ln = nn.LayerNorm(n_state)
         self.int8_logits: Int8Logits | None = None  # set by Whisper.set_compute
         self._blocked: Tensor | None = None  # the projection in oneDNN's layout (pack)
@@ -253,11 +255,18 @@ class TextDecoder(nn.Module):
         """Blocked copies of the weights that a batched step reads (model.batching): the
         layers' linear maps and the projection (+113 MB for tiny.en). Steps of 2 to 16 rows
         then take oneDNN's kernel (`packed_linear`); the copies follow no later .to()."""
+        for lin in self._step_maps():
+            lin.blocked = blocked(lin.weight)
+        self._blocked = blocked(self.token_embedding.weight)
+
+    def _step_maps(self) -> list[Linear]:
+        """The linear maps that every step reads (not the cross-attention K/V's, once a
+        window)."""
+        maps = []
         for b in self.blocks:
             attn, cross, mlp = b.attn, b.cross_attn, b.mlp
-            for lin in (attn.qkv, attn.out, cross.query, cross.out, mlp[0], mlp[2]):
-                lin.blocked = blocked(lin.weight)
-        self._blocked = blocked(self.token_embedding.weight)
+            maps += [attn.qkv, attn.out, cross.query, cross.out, mlp[0], mlp[2]]
+        return maps
 
     def cross_kv(self, audio_features: Tensor) -> CrossKV:
         """Cross-attention K/V of every layer, computed once per window."""
