@@ -218,7 +218,7 @@ class Engine:
         if warm_up:
             seconds = await asyncio.to_thread(pipe.warm_up)
             log.info("warmed up %s in %.2f s", pipe.name, seconds)
-        self._pipeline = self._batched(pipe)
+        self._pipeline = await asyncio.to_thread(self._batched, pipe)  # packs the weights
         return self._pipeline
 
     def _batched(self, pipe: Pipeline) -> Pipeline:
