@@ -1,0 +1,100 @@
+"""The products of a decoder step on a CPU, where a step reads every weight once for one row
+(or a few, batched) and is bound by how fast the weights stream from memory.
+
+- One row (`split_linear`, `split_columns`): MKL computes x @ Wᵀ for a single row on one
+  thread, which reads W from memory at ~9 GB/s on the 2-core machine of our benchmarks; one
+  bmm over blocks of W lets both threads read.
+- 2 to 16 rows (`packed_linear`): oneDNN's kernel over a copy of W in its blocked layout
+  (`blocked`), made by `TextDecoder.pack` for batched steps.
+
+Each returns None where it does not apply, and the caller takes the plain product.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+def column_major(rows: int, cols: int) -> nn.Parameter:
+    """An uninitialised [rows, cols] weight stored column-major: a step's x @ Wᵀ then streams
+    W's rows contiguously on a CPU. load_state_dict copies into it and .to() keeps the layout."""
+    return nn.Parameter(torch.empty(cols, rows).t())
+
+
+PACKED_ROWS = range(2, 17)  # inputs that a packed weight takes: a batched step's rows
+
+
+def blocked(w: Tensor) -> Tensor | None:
+    """w [out, in] in oneDNN's blocked layout for a few rows (8: its best from 2 to 16), or
+    None where there is no such kernel (CUDA, other dtypes, a torch without oneDNN)."""
+    ops = torch.ops.mkldnn
+    mkldnn = torch.backends.mkldnn.is_available() and hasattr(ops, "_reorder_linear_weight")
+    if w.device.type != "cpu" or w.dtype != torch.float32 or not mkldnn:
+        return None
+    return ops._reorder_linear_weight(w.detach().contiguous(), 8)
+
+
+def packed_linear(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor | None:
+    """x @ Wᵀ + b through oneDNN's kernel when W is packed (`blocked`) and x has 2 to 16 rows:
+    on a CPU, MKL's fp32 matmul reads the weight of so few rows at a fraction of memory speed
+    (a tiny.en decoder's 24 layer maps for 8 rows: 4.1 vs 5.9 ms, for 2 rows 3.1 vs 5.7; its
+    projection for 8 rows: 8 vs 18 ms). None: take the plain matmul."""
+    if weight is None or not x.is_cpu or x.numel() // x.shape[-1] not in PACKED_ROWS:
+        return None
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+SPLIT = 8  # row blocks of a weight that one row's product reads (split_linear)
+
+
+def split_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor | None:
+    """x @ Wᵀ + b for a single row x [..., in] on a CPU, as one bmm over SPLIT row blocks of W
+    [out, in] (row-major): MKL's product for one row runs on one thread and reads W at ~9 GB/s,
+    where bmm spreads the blocks over the threads (a tiny.en step's 24 layer maps, 2 threads:
+    ~3.3 vs ~4.6 ms). None: not a single fp32 CPU row, or W does not split evenly."""
+    out, n_in = weight.shape
+    if x.numel() != n_in or not x.is_cpu or x.dtype != weight.dtype or out % SPLIT:
+        return None
+    if not weight.is_contiguous():
+        return None
+    w = weight.view(SPLIT, out // SPLIT, n_in)  # [S, out/S, in]
+    # strides (0, 1, in): x as a column whose stride MKL reads as a transposed row; with
+    # (0, 1, 1) torch takes a path 2x slower
+    col = x.reshape(1, n_in).T.expand(SPLIT, n_in, 1)  # [S, in, 1]
+    if bias is None:
+        y = torch.bmm(w, col)  # [S, out/S, 1]
+    else:
+        y = torch.baddbmm(bias.view(SPLIT, out // SPLIT, 1), w, col)  # [S, out/S, 1]
+    return y.view(*x.shape[:-1], out)  # [..., out]
+
+
+def split_columns(x: Tensor, wt: Tensor) -> Tensor | None:
+    """x @ wt for a single row x [..., k] on a CPU and wt [k, N] whose rows are contiguous (a
+    column-major weight's transpose), as one bmm over wt's two column halves (the last column
+    apart when N is odd). The plain product reads wt on one thread (tiny.en's projection, 2
+    threads: ~3.9 vs ~5.2 ms); the sums are the same up to rounding (bitwise for some widths,
+    tiny.en's among them). None: not a single fp32 CPU row."""
+    k, n = wt.shape
+    if x.numel() != k or not x.is_cpu or x.dtype != wt.dtype or wt.stride(1) != 1:
+        return None
+    row, half = x.reshape(1, k), n // 2
+    y = x.new_empty(1, n)
+    halves = wt.as_strided((2, k, half), (half, wt.stride(0), 1))  # [2, k, N/2]
+    torch.bmm(row.expand(2, 1, k), halves, out=y[:, : 2 * half].view(2, 1, half))
+    if n % 2:
+        torch.mm(row, wt[:, 2 * half :], out=y[:, 2 * half :])
+    return y.view(*x.shape[:-1], n)  # [..., N]
+
+
+class Linear(nn.Linear):
+    """nn.Linear that takes `split_linear` for a single row and, once packed
+    (`TextDecoder.pack`), `packed_linear` for a few."""
+
+    blocked: Tensor | None = None
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = split_linear(x, self.weight, self.bias)
+        if y is None:
+            y = packed_linear(x, self.blocked, self.bias)
+        return super().forward(x) if y is None else y

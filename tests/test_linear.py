@@ -1,0 +1,76 @@
+"""The decoder step's CPU products (model.linear): the plain product's numbers, and they apply
+to every weight that a step of the real model reads."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from model.linear import SPLIT, Linear, split_columns, split_linear
+from model.pipeline import load_pipeline
+
+
+@cache
+def decoder() -> torch.nn.Module:
+    return load_pipeline("tiny.en").model.decoder
+
+
+def generator() -> torch.Generator:
+    return torch.Generator().manual_seed(0)
+
+
+@pytest.mark.parametrize(("n_out", "n_in"), [(1152, 384), (384, 1536), (SPLIT, 5)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_split_linear_is_the_plain_product(n_out: int, n_in: int, bias: bool) -> None:
+    g = generator()
+    w = torch.randn(n_out, n_in, generator=g)
+    b = torch.randn(n_out, generator=g) if bias else None
+    for shape in ((n_in,), (1, n_in), (1, 1, n_in)):
+        x = torch.randn(shape, generator=g)
+        y = split_linear(x, w, b)
+        assert y is not None and y.shape == (*shape[:-1], n_out)
+        assert torch.allclose(y, F.linear(x, w, b), rtol=1e-5, atol=1e-4)
+
+
+def test_split_linear_declines_what_it_cannot_split() -> None:
+    g = generator()
+    w = torch.randn(64, 32, generator=g)
+    assert split_linear(torch.randn(2, 32, generator=g), w, None) is None  # two rows
+    assert split_linear(torch.randn(1, 32), torch.randn(SPLIT + 1, 32), None) is None
+    assert split_linear(torch.randn(1, 32), torch.randn(32, 64).T, None) is None  # not row-major
+    assert split_linear(torch.randn(1, 32, dtype=torch.float64), w, None) is None
+
+
+@pytest.mark.parametrize("n", [1000, 1001, 1500, 1])
+def test_split_columns_is_the_plain_product(n: int) -> None:
+    """Odd widths too (multilingual vocabularies: 51,865): the last column apart."""
+    g = generator()
+    wt = torch.randn(384, n, generator=g)  # rows contiguous: a column-major [n, 384] weight's ᵀ
+    x = torch.randn(1, 1, 384, generator=g)
+    y = split_columns(x, wt)
+    assert y is not None and y.shape == (1, 1, n)
+    assert torch.allclose(y, x @ wt, rtol=1e-5, atol=1e-4)
+    assert split_columns(torch.randn(2, 384, generator=g), wt) is None  # two rows
+
+
+def test_every_step_map_of_the_model_splits() -> None:
+    """A cached step of one row takes the split products for all its weights: the layers'
+    maps are row-major with widths that split, and the projection's rows are contiguous."""
+    dec = decoder()
+    maps = [m for m in dec.modules() if isinstance(m, Linear)]
+    assert len(maps) == 6 * len(dec.blocks)
+    g = generator()
+    with torch.inference_mode():
+        for m in maps:
+            x = torch.randn(1, 1, m.in_features, generator=g)
+            y = split_linear(x, m.weight, m.bias)
+            assert y is not None, m
+            assert torch.allclose(m(x), F.linear(x, m.weight, m.bias), rtol=1e-5, atol=1e-4)
+        h = torch.randn(1, 1, dec.ln.normalized_shape[0], generator=g)
+        x = dec.ln(h)
+        wt = dec.token_embedding.weight.T
+        assert split_columns(x, wt) is not None
+        assert torch.allclose(dec.project(h), x @ wt, rtol=1e-5, atol=1e-4)
