@@ -1,11 +1,11 @@
 """The products of a decoder step on a CPU, where a step reads every weight once for one row
 (or a few, batched) and is bound by how fast the weights stream from memory.
 
-- One row (`split_linear`, `split_columns`): MKL computes x @ Wᵀ for a single row on one
-  thread, which reads W from memory at ~9 GB/s on the 2-core machine of our benchmarks; one
-  bmm over blocks of W lets both threads read.
-- 2 to 16 rows (`packed_linear`): oneDNN's kernel over a copy of W in its blocked layout
-  (`blocked`), made by `TextDecoder.pack` for batched steps.
+- One row, and up to 4 for the layers (`split_linear`, `split_columns`): MKL computes x @ Wᵀ
+  for a single row on one thread, which reads W from memory at ~9 GB/s on the 2-core machine
+  of our benchmarks; one bmm over blocks of W lets both threads read.
+- 2 to 16 rows otherwise (`packed_linear`): oneDNN's kernel over a copy of W in its blocked
+  layout (`blocked`), made by `TextDecoder.pack` for batched steps.
 
 Each returns None where it does not apply, and the caller takes the plain product.
 """
@@ -45,28 +45,31 @@ def packed_linear(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tens
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 
-SPLIT = 8  # row blocks of a weight that one row's product reads (split_linear)
+SPLIT = 8  # row blocks of a weight that split_linear reads
+SPLIT_ROWS = 4  # up to this many rows split_linear beats oneDNN's packed kernel (2 threads)
 
 
 def split_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor | None:
-    """x @ Wᵀ + b for a single row x [..., in] on a CPU, as one bmm over SPLIT row blocks of W
-    [out, in] (row-major): MKL's product for one row runs on one thread and reads W at ~9 GB/s,
-    where bmm spreads the blocks over the threads (a tiny.en step's 24 layer maps, 2 threads:
-    ~3.3 vs ~4.6 ms). None: not a single fp32 CPU row, or W does not split evenly."""
+    """x @ Wᵀ + b for 1 to SPLIT_ROWS rows x [..., in] on a CPU, as one bmm over SPLIT row
+    blocks of W [out, in] (row-major): MKL's product for one row runs on one thread and reads W
+    at ~9 GB/s, where bmm spreads the blocks over the threads (a tiny.en step's 24 layer maps,
+    2 threads: one row ~2.9 vs ~4.1 ms; two rows 3.9 vs 5.6 with oneDNN's packed kernel).
+    None: more rows, not fp32 on a CPU, or W does not split evenly."""
     out, n_in = weight.shape
-    if x.numel() != n_in or not x.is_cpu or x.dtype != weight.dtype or out % SPLIT:
+    rows = x.numel() // n_in
+    if not 0 < rows <= SPLIT_ROWS or not x.is_cpu or x.dtype != weight.dtype or out % SPLIT:
         return None
     if not weight.is_contiguous():
         return None
     w = weight.view(SPLIT, out // SPLIT, n_in)  # [S, out/S, in]
-    # strides (0, 1, in): x as a column whose stride MKL reads as a transposed row; with
-    # (0, 1, 1) torch takes a path 2x slower
-    col = x.reshape(1, n_in).T.expand(SPLIT, n_in, 1)  # [S, in, 1]
+    # strides (0, 1, in): MKL reads the columns as transposed rows; a copy with strides
+    # (0, 1, 1) for one row takes a path 2x slower
+    cols = x.reshape(rows, n_in).T.expand(SPLIT, n_in, rows)  # [S, in, R]
     if bias is None:
-        y = torch.bmm(w, col)  # [S, out/S, 1]
+        y = torch.bmm(w, cols)  # [S, out/S, R]
     else:
-        y = torch.baddbmm(bias.view(SPLIT, out // SPLIT, 1), w, col)  # [S, out/S, 1]
-    return y.view(*x.shape[:-1], out)  # [..., out]
+        y = torch.baddbmm(bias.view(SPLIT, out // SPLIT, 1), w, cols)  # [S, out/S, R]
+    return y.view(out, rows).T.reshape(*x.shape[:-1], out)  # [..., out]
 
 
 def split_columns(x: Tensor, wt: Tensor) -> Tensor | None:
@@ -88,8 +91,8 @@ def split_columns(x: Tensor, wt: Tensor) -> Tensor | None:
 
 
 class Linear(nn.Linear):
-    """nn.Linear that takes `split_linear` for a single row and, once packed
-    (`TextDecoder.pack`), `packed_linear` for a few."""
+    """nn.Linear that takes `split_linear` for up to 4 rows and, once packed
+    (`TextDecoder.pack`), `packed_linear` for up to 16."""
 
     blocked: Tensor | None = None
 

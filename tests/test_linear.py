@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model.linear import SPLIT, Linear, split_columns, split_linear
+from model.linear import SPLIT, SPLIT_ROWS, Linear, split_columns, split_linear
 from model.pipeline import load_pipeline
 
 
@@ -28,7 +28,7 @@ def test_split_linear_is_the_plain_product(n_out: int, n_in: int, bias: bool) ->
     g = generator()
     w = torch.randn(n_out, n_in, generator=g)
     b = torch.randn(n_out, generator=g) if bias else None
-    for shape in ((n_in,), (1, n_in), (1, 1, n_in)):
+    for shape in ((n_in,), (1, n_in), (1, 1, n_in), (2, 1, n_in), (SPLIT_ROWS, n_in)):
         x = torch.randn(shape, generator=g)
         y = split_linear(x, w, b)
         assert y is not None and y.shape == (*shape[:-1], n_out)
@@ -38,7 +38,7 @@ def test_split_linear_is_the_plain_product(n_out: int, n_in: int, bias: bool) ->
 def test_split_linear_declines_what_it_cannot_split() -> None:
     g = generator()
     w = torch.randn(64, 32, generator=g)
-    assert split_linear(torch.randn(2, 32, generator=g), w, None) is None  # two rows
+    assert split_linear(torch.randn(SPLIT_ROWS + 1, 32, generator=g), w, None) is None
     assert split_linear(torch.randn(1, 32), torch.randn(SPLIT + 1, 32), None) is None
     assert split_linear(torch.randn(1, 32), torch.randn(32, 64).T, None) is None  # not row-major
     assert split_linear(torch.randn(1, 32, dtype=torch.float64), w, None) is None
