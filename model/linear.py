@@ -82,11 +82,10 @@ def split_columns(x: Tensor, wt: Tensor) -> Tensor | None:
     if x.numel() != k or not x.is_cpu or x.dtype != wt.dtype or wt.stride(1) != 1:
         return None
     row, half = x.reshape(1, k), n // 2
-    y = x.new_empty(1, n)
     halves = wt.as_strided((2, k, half), (half, wt.stride(0), 1))  # [2, k, N/2]
-    torch.bmm(row.expand(2, 1, k), halves, out=y[:, : 2 * half].view(2, 1, half))
+    y = torch.bmm(row.expand(2, 1, k), halves).view(1, 2 * half)  # [1, 2·(N/2)]
     if n % 2:
-        torch.mm(row, wt[:, 2 * half :], out=y[:, 2 * half :])
+        y = torch.cat([y, row @ wt[:, 2 * half :]], dim=1)  # [1, N]
     return y.view(*x.shape[:-1], n)  # [..., N]
 
 

@@ -54,6 +54,9 @@ def test_split_columns_is_the_plain_product(n: int) -> None:
     assert y is not None and y.shape == (1, 1, n)
     assert torch.allclose(y, x @ wt, rtol=1e-5, atol=1e-4)
     assert split_columns(torch.randn(2, 384, generator=g), wt) is None  # two rows
+    w = wt.clone().requires_grad_()  # autograd goes through (no out= arguments)
+    split_columns(x, w).sum().backward()
+    assert w.grad is not None
 
 
 def test_every_step_map_of_the_model_splits() -> None:
