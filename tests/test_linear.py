@@ -33,6 +33,9 @@ def test_split_linear_is_the_plain_product(n_out: int, n_in: int, bias: bool) ->
         y = split_linear(x, w, b)
         assert y is not None and y.shape == (*shape[:-1], n_out)
         assert torch.allclose(y, F.linear(x, w, b), rtol=1e-5, atol=1e-4)
+    rows = torch.randn(3, 2 * n_in, generator=g)
+    for x in (rows[1:2, :n_in], rows[:2, ::2]):  # a view at an offset, a strided one
+        assert torch.allclose(split_linear(x, w, b), F.linear(x, w, b), rtol=1e-5, atol=1e-4)
 
 
 def test_split_linear_declines_what_it_cannot_split() -> None:
