@@ -216,18 +216,10 @@ class TextDecoder(nn.Module):
         """Blocked copies of the weights that a batched step reads (model.batching): the
         layers' linear maps and the projection (+113 MB for tiny.en). Steps of 2 to 16 rows
         then take oneDNN's kernel (`packed_linear`); the copies follow no later .to()."""
-        for lin in self._step_maps():
-            lin.blocked = blocked(lin.weight)
+        for lin in self.modules():  # the maps that every step reads (cross K/V's are nn.Linear)
+            if isinstance(lin, Linear):
+                lin.blocked = blocked(lin.weight)
         self._blocked = blocked(self.token_embedding.weight)
-
-    def _step_maps(self) -> list[Linear]:
-        """The linear maps that every step reads (not the cross-attention K/V's, once a
-        window)."""
-        maps = []
-        for b in self.blocks:
-            attn, cross, mlp = b.attn, b.cross_attn, b.mlp
-            maps += [attn.qkv, attn.out, cross.query, cross.out, mlp[0], mlp[2]]
-        return maps
 
     def cross_kv(self, audio_features: Tensor) -> CrossKV:
         """Cross-attention K/V of every layer, computed once per window."""
