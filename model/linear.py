@@ -4,8 +4,9 @@
 - One row, and up to 4 for the layers (`split_linear`, `split_columns`): MKL computes x @ Wᵀ
   for a single row on one thread, which reads W from memory at ~9 GB/s on the 2-core machine
   of our benchmarks; one bmm over blocks of W lets both threads read.
-- 2 to 16 rows otherwise (`packed_linear`): oneDNN's kernel over a copy of W in its blocked
-  layout (`blocked`), made by `TextDecoder.pack` for batched steps.
+- 2 rows or more otherwise (`onednn_linear`): oneDNN's kernel, over a copy of W in its blocked
+  layout (`blocked`, made by `TextDecoder.pack` for batched steps) or over W as stored. MKL's
+  fp32 product for a few rows runs at a third of the matmul ceiling or less here.
 
 Each returns None where it does not apply, and the caller takes the plain product.
 """
@@ -22,27 +23,35 @@ def column_major(rows: int, cols: int) -> nn.Parameter:
     return nn.Parameter(torch.empty(cols, rows).t())
 
 
-PACKED_ROWS = range(2, 17)  # inputs that a packed weight takes: a batched step's rows
-
-
 def blocked(w: Tensor) -> Tensor | None:
     """w [out, in] in oneDNN's blocked layout for a few rows (8: its best from 2 to 16), or
     None where there is no such kernel (CUDA, other dtypes, a torch without oneDNN)."""
-    ops = torch.ops.mkldnn
-    mkldnn = torch.backends.mkldnn.is_available() and hasattr(ops, "_reorder_linear_weight")
-    if w.device.type != "cpu" or w.dtype != torch.float32 or not mkldnn:
+    if w.device.type != "cpu" or w.dtype != torch.float32 or not _has_onednn():
         return None
-    return ops._reorder_linear_weight(w.detach().contiguous(), 8)
+    return torch.ops.mkldnn._reorder_linear_weight(w.detach().contiguous(), 8)
 
 
-def packed_linear(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor | None:
-    """x @ Wᵀ + b through oneDNN's kernel when W is packed (`blocked`) and x has 2 to 16 rows:
-    on a CPU, MKL's fp32 matmul reads the weight of so few rows at a fraction of memory speed
-    (a tiny.en decoder's 24 layer maps for 8 rows: 4.1 vs 5.9 ms, for 2 rows 3.1 vs 5.7; its
-    projection for 8 rows: 8 vs 18 ms). None: take the plain matmul."""
-    if weight is None or not x.is_cpu or x.numel() // x.shape[-1] not in PACKED_ROWS:
+def onednn_linear(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor | None:
+    """x @ Wᵀ + b for 2 rows or more x [..., in] through oneDNN's fp32 kernel, W [out, in] being
+    a `blocked` copy or a CPU weight as stored. MKL's product for so few rows runs at a third
+    of the matmul ceiling or less on our 2-core benchmark machine, oneDNN's at up to twice its
+    speed (the projection of tiny.en for 29 rows: ~34 ms with MKL, ~17 over the column-major
+    weight, ~15 blocked; its 24 layer maps for 8 rows: 5.9 vs 4.1 ms blocked). The sums are
+    the plain product's up to rounding. None: one row, not fp32 on a CPU, no oneDNN, or a
+    tensor that autograd would need to go through."""
+    if weight is None or not x.is_cpu or x.dtype != torch.float32 or x.numel() < 2 * x.shape[-1]:
         return None
+    if not weight.is_cpu or weight.dtype != torch.float32 or not _has_onednn():
+        return None
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+        return None  # oneDNN's op has no derivative
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+def _has_onednn() -> bool:
+    ops = torch.ops.mkldnn
+    has = all(hasattr(ops, op) for op in ("_reorder_linear_weight", "_linear_pointwise"))
+    return torch.backends.mkldnn.is_available() and has
 
 
 SPLIT = 8  # row blocks of a weight that split_linear reads
@@ -93,12 +102,12 @@ def split_columns(x: Tensor, wt: Tensor) -> Tensor | None:
 
 class Linear(nn.Linear):
     """nn.Linear that takes `split_linear` for up to 4 rows and, once packed
-    (`TextDecoder.pack`), `packed_linear` for up to 16."""
+    (`TextDecoder.pack`), `onednn_linear` for more."""
 
     blocked: Tensor | None = None
 
     def forward(self, x: Tensor) -> Tensor:
         y = split_linear(x, self.weight, self.bias)
         if y is None:
-            y = packed_linear(x, self.blocked, self.bias)
+            y = onednn_linear(x, self.blocked, self.bias)
         return super().forward(x) if y is None else y

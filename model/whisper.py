@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from model.dims import ModelDims
 from model.kv_cache import CacheBatch, CrossKV, KVCache
-from model.linear import Linear, blocked, column_major, packed_linear, split_columns
+from model.linear import Linear, blocked, column_major, onednn_linear, split_columns
 from model.logits import Int8Logits
 
 # compute -> (the encoder's autocast dtype, int8 output projection for greedy steps)
@@ -214,8 +214,9 @@ class TextDecoder(nn.Module):
 
     def pack(self) -> None:
         """Blocked copies of the weights that a batched step reads (model.batching): the
-        layers' linear maps and the projection (+113 MB for tiny.en). Steps of 2 to 16 rows
-        then take oneDNN's kernel (`packed_linear`); the copies follow no later .to()."""
+        layers' linear maps and the projection (+113 MB for tiny.en), which oneDNN's kernel
+        (`onednn_linear`) then reads for 2 rows or more (the maps from 5: fewer split); the
+        copies follow no later .to()."""
         for lin in self.modules():  # the maps that every step reads (cross K/V's are nn.Linear)
             if isinstance(lin, Linear):
                 lin.blocked = blocked(lin.weight)
@@ -257,13 +258,14 @@ class TextDecoder(nn.Module):
 
     def project(self, h: Tensor) -> Tensor:
         """Logits [B, T, n_vocab] of states h [B, T, d] before the final LayerNorm (on a CPU,
-        one row through `split_columns`; 2 to 16 rows through oneDNN's kernel once packed)."""
+        one row through `split_columns`, more through oneDNN's kernel: over the blocked copy
+        once packed, else over the column-major weight itself)."""
         x = self.ln(h)  # [B, T, d]
-        wt = self.token_embedding.weight.T  # [d, n_vocab], rows contiguous
-        y = packed_linear(x, self._blocked, None)
+        w = self.token_embedding.weight  # [n_vocab, d], column-major
+        y = onednn_linear(x, w if self._blocked is None else self._blocked, None)
         if y is None:
-            y = split_columns(x, wt)
-        return (x @ wt if y is None else y).float()  # [B, T, n_vocab]
+            y = split_columns(x, w.T)
+        return (x @ w.T if y is None else y).float()  # [B, T, n_vocab]
 
 
 class Whisper(nn.Module):

@@ -9,7 +9,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model.linear import SPLIT, SPLIT_ROWS, Linear, split_columns, split_linear
+from model.linear import (
+    SPLIT,
+    SPLIT_ROWS,
+    Linear,
+    blocked,
+    onednn_linear,
+    split_columns,
+    split_linear,
+)
 from model.pipeline import load_pipeline
 
 
@@ -80,3 +88,45 @@ def test_every_step_map_of_the_model_splits() -> None:
         wt = dec.token_embedding.weight.T
         assert split_columns(x, wt) is not None
         assert torch.allclose(dec.project(h), x @ wt, rtol=1e-5, atol=1e-4)
+
+
+def test_onednn_linear_is_the_plain_product() -> None:
+    """From 2 rows, over the weight as stored (row- or column-major) or its blocked copy."""
+    g = generator()
+    w = torch.randn(1000, 384, generator=g)
+    b = torch.randn(1000, generator=g)
+    weights = {"row-major": w, "column-major": w.T.contiguous().T, "blocked": blocked(w)}
+    if weights["blocked"] is None:
+        pytest.skip("this torch has no oneDNN linear kernel")
+    for shape in ((2, 384), (1, 29, 384), (4, 8, 384), (300, 384)):
+        x = torch.randn(shape, generator=g)
+        for name, weight in weights.items():
+            for bias in (b, None):
+                y = onednn_linear(x, weight, bias)
+                assert y is not None and y.shape == (*shape[:-1], 1000), name
+                assert torch.allclose(y, F.linear(x, w, bias), rtol=1e-5, atol=1e-4), name
+
+
+def test_onednn_linear_declines_what_it_cannot_take() -> None:
+    g = generator()
+    w = torch.randn(64, 32, generator=g)
+    assert onednn_linear(torch.randn(1, 32, generator=g), w, None) is None  # one row: split
+    assert onednn_linear(torch.randn(4, 32, generator=g), None, None) is None
+    assert onednn_linear(torch.randn(4, 32, dtype=torch.float64), w.double(), None) is None
+    x = torch.randn(4, 32, generator=g, requires_grad=True)  # autograd: the plain product
+    assert onednn_linear(x, w, None) is None
+    with torch.no_grad():
+        assert onednn_linear(x, w, None) is not None
+
+
+def test_the_projection_of_several_rows_takes_onednn() -> None:
+    """The word-timestamp pass and the first step project several rows: oneDNN's kernel over
+    the column-major embedding itself (no copy), the plain product's numbers."""
+    dec = decoder()
+    h = torch.randn(1, 29, dec.ln.normalized_shape[0], generator=generator())
+    with torch.inference_mode():
+        x, w = dec.ln(h), dec.token_embedding.weight
+        assert not w.is_contiguous() and w.T.is_contiguous()  # column-major
+        if onednn_linear(x, w, None) is None:
+            pytest.skip("this torch has no oneDNN linear kernel")
+        assert torch.allclose(dec.project(h), x @ w.T, rtol=1e-5, atol=1e-4)
