@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from types import SimpleNamespace
 
 import numpy as np
@@ -119,6 +120,28 @@ def test_median_filter_matches_whisper(width: int, length: int, shape: tuple[int
     assert ours.shape == x.shape
     require_openai()
     assert torch.equal(ours, timing.median_filter(x, width))
+
+
+@pytest.mark.parametrize("width", [3, 7, 17])  # 17: wider than the network, kthvalue
+def test_median_filter_nan_inf_and_ties_as_sorting(width: int) -> None:
+    """The middle of each sorted window, NaN sorting last (NaN where most of it is NaN)."""
+    g = torch.Generator().manual_seed(width)
+    for trial in range(12):
+        x = torch.randint(-2, 3, (2, 3, 60), generator=g).float()  # many ties
+        if trial % 2:
+            x = torch.randn(2, 3, 60, generator=g)
+        u = torch.rand(x.shape, generator=g)
+        x[u < 0.1 * (trial % 6)] = math.nan  # up to half NaN: some windows mostly NaN
+        x[u > 0.93] = math.inf
+        x[(u > 0.88) & (u <= 0.93)] = -math.inf
+        pad = width // 2
+        index = torch.cat(
+            [torch.arange(pad, 0, -1), torch.arange(60), torch.arange(58, 58 - pad, -1)]
+        )
+        expected = x[..., index].unfold(-1, width, 1).sort(dim=-1).values[..., pad]
+        ours = median_filter(x, width)
+        assert torch.equal(ours.isnan(), expected.isnan())
+        assert torch.equal(ours.nan_to_num(0.5), expected.nan_to_num(0.5))
 
 
 def test_median_filter_short_input_unchanged_and_edges() -> None:
