@@ -52,7 +52,7 @@ class Int8Logits:
     def __init__(self, embedding: Tensor, ln: nn.LayerNorm) -> None:
         w = embedding.detach().float()  # [V, d], the model's own (column-major) tensor
         gamma, beta = ln.weight.detach().float(), ln.bias.detach().float()  # [d]
-        folded = (w * gamma).contiguous()  # [V, d]
+        folded = torch.mul(w, gamma, out=w.new_empty(w.shape))  # [V, d] row-major, one pass
         scale = folded.abs().amax(dim=1).clamp_min(1e-12) / 127  # [V]
         with warnings.catch_warnings():  # the quantized-tensor constructors warn of deprecation
             warnings.simplefilter("ignore")

@@ -200,10 +200,12 @@ class AudioEncoder(nn.Module):
 class TextDecoder(nn.Module):
     def __init__(self, n_vocab: int, n_ctx: int, n_state: int, n_head: int, n_layer: int) -> None:
         super().__init__()
-        self.token_embedding = nn.Embedding(n_vocab, n_state)
         # column-major: a step's logits (split_columns) read it at memory speed, 1.3x faster
-        # than the best product over the row-major layout; lookups by token id are unaffected
-        self.token_embedding.weight = column_major(n_vocab, n_state)
+        # than the best product over the row-major layout; lookups by token id are unaffected.
+        # Given as _weight, it skips the random init that the checkpoint overwrites (~0.2 s)
+        self.token_embedding = nn.Embedding(
+            n_vocab, n_state, _weight=column_major(n_vocab, n_state)
+        )
         self.positional_embedding = nn.Parameter(torch.empty(n_ctx, n_state))
         self.blocks = nn.ModuleList(
             ResidualAttentionBlock(n_state, n_head, cross_attention=True) for _ in range(n_layer)
