@@ -117,14 +117,15 @@ class LogitRules:
             if self.max_initial_timestamp_index is not None:
                 logits[ts + self.max_initial_timestamp_index + 1 :] = -math.inf
 
-    def prefer_timestamps(self, logits: torch.Tensor) -> None:
-        """Timestamps win when their total probability beats every text token's."""
-        if not self.timestamps:
-            return
-        ts = self.timestamp_begin
+    def prefer_timestamps(self, logits: torch.Tensor) -> torch.Tensor:
+        """Timestamps win when their total probability beats every text token's (text set to
+        -inf in `logits`); returns the log-probabilities [n_vocab] of the logits as left."""
         logprobs = torch.log_softmax(logits, dim=-1)  # [n_vocab]
-        if logprobs[ts:].logsumexp(dim=-1) > logprobs[:ts].max():
+        ts = self.timestamp_begin
+        if self.timestamps and logprobs[ts:].logsumexp(dim=-1) > logprobs[:ts].max():
             logits[:ts] = -math.inf
+            return torch.log_softmax(logits, dim=-1)  # [n_vocab]
+        return logprobs
 
 
 def attention_rows(scores: list[torch.Tensor], row: int = -1) -> np.ndarray:
@@ -163,13 +164,13 @@ def decode_window(
         attention rows."""
         if not masked:
             rules.mask(logits, tokens)
-        rules.prefer_timestamps(logits)
+        logprobs = rules.prefer_timestamps(logits)  # [n_vocab]
         if temperature == 0:
             token = int(logits.argmax())
         else:
             probs = (logits / temperature).softmax(dim=-1)
             token = int(torch.multinomial(probs.cpu(), 1, generator=gen))
-        logprob = float(torch.log_softmax(logits, dim=-1)[token])
+        logprob = float(logprobs[token])
         return Step(token, logprob, attention_rows(scores) if need else None)
 
     def finish(h: torch.Tensor, logits: torch.Tensor | None, scores: list | None) -> Step:
