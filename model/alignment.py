@@ -32,9 +32,9 @@ def median_filter(x: torch.Tensor, width: int) -> torch.Tensor:
 
     The sorted windows' middle value, NaN sorting last, as openai's sort of the unfolded
     windows; up to NETWORK_WIDTH as a sorting network over `width` shifted views (elementwise
-    min/max: ~10x faster than sorting a [8 heads, 31 tokens, 550 frames] window's 7-wide
-    rows, the same values). Returns `x` itself when the last dim is not longer than
-    `width // 2` (too short to reflect).
+    min/max: ~3x faster than sorting the 7-wide windows of 8 heads × 31 tokens × 550 frames,
+    the same values). Returns `x` itself when the last dim is not longer than `width // 2`
+    (too short to reflect).
     """
     if width <= 0 or width % 2 == 0:
         raise ValueError(f"median filter width must be odd and positive, got {width}")
@@ -67,8 +67,8 @@ def median_filter(x: torch.Tensor, width: int) -> torch.Tensor:
 @cache
 def _median_network(width: int) -> tuple[tuple[int, int, bool, bool], ...]:
     """The comparators (i, j, keep min, keep max) of an odd-even transposition sort of `width`
-    wires that the middle wire depends on: pruned backwards from it (7 wide: 19 of 21
-    comparators, 24 of their 42 outputs)."""
+    wires that the middle wire depends on: pruned backwards from it (7 wide: 18 of 21
+    comparators, 30 of their 42 outputs)."""
     sort = [(i, i + 1) for r in range(width) for i in range(r % 2, width - 1, 2)]
     needed, kept = {width // 2}, []
     for i, j in reversed(sort):
