@@ -65,8 +65,8 @@ def test_cache_batch_step_equals_single_steps(jfk_path: Path) -> None:
 def test_packed_weights_give_the_plain_numbers() -> None:
     """Once packed (what a StepBatcher does), the decoder's linear maps (from 5 rows; fewer take
     model.linear.split_linear) and its projection (from 2) take oneDNN's kernel over blocked
-    copies of the weights up to 16 rows: the same numbers as the plain matmul, row by row, for
-    any number of rows."""
+    copies of the weights: the same numbers as the plain matmul, row by row, for any number
+    of rows."""
     decoder = pipeline("fp32").model.decoder
     d = decoder.ln.normalized_shape[0]
     g = torch.Generator().manual_seed(0)
