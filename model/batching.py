@@ -159,10 +159,11 @@ class StepBatcher:
         """One forward for the batch; a step's own failure (its context full, its finish) is
         its decode's alone, the forward's is every one's."""
         decoder = self.model.decoder
-        n_ctx = self.model.dims.n_text_ctx
         for s in batch:
-            if s.cache.length >= n_ctx:
-                s.error = ValueError(f"decoder context full: {s.cache.length + 1} > {n_ctx}")
+            try:
+                s.cache.check_room(1)
+            except ValueError as e:
+                s.error = e
         ready = [s for s in batch if s.error is None]
         try:
             if ready:

@@ -56,12 +56,16 @@ class KVCache:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Write the new rows of `layer` and return all rows so far (views, no copy)."""
         t = k.shape[2]  # new tokens
+        self.check_room(t)
         end = self.length + t
-        if end > self.n_ctx:
-            raise ValueError(f"decoder context full: {end} > {self.n_ctx} positions")
         self.self_k[layer, :, :, self.length : end] = k  # [B, H, t, d_head]
         self.self_v[layer, :, :, self.length : end] = v  # [B, H, t, d_head]
         return self.self_k[layer, :, :, :end], self.self_v[layer, :, :, :end]
+
+    def check_room(self, t: int) -> None:
+        """Raise ValueError (the decoder's context is full) unless `t` more rows fit."""
+        if self.length + t > self.n_ctx:
+            raise ValueError(f"decoder context full: {self.length + t} > {self.n_ctx} positions")
 
     def advance(self, n: int) -> None:
         """Commit `n` rows after every layer has appended them."""

@@ -241,9 +241,9 @@ class TextDecoder(nn.Module):
         every layer's pre-softmax cross-attention scores [B, H, T, 1500]. hidden=True returns
         those rows' states before the final LayerNorm instead of logits (for `int8_logits`)."""
         t = tokens.shape[-1]
+        for c in cache.caches if isinstance(cache, CacheBatch) else [cache]:
+            c.check_room(t)  # before the positions run past the embedding's
         if isinstance(cache, CacheBatch):  # [B, 1]: each decode at its own position
-            if max(cache.lengths) >= len(self.positional_embedding):
-                raise ValueError(f"decoder context full: {max(cache.lengths) + 1} positions")
             positions = self.positional_embedding[cache.lengths][:, None]  # [B, 1, d]
         else:
             positions = self.positional_embedding[cache.length : cache.length + t]  # [T, d]

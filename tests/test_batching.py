@@ -147,3 +147,24 @@ def test_close_stops_the_model_thread() -> None:
     batcher.close()
     thread.join(timeout=10)
     assert not thread.is_alive()
+
+
+def test_a_full_context_is_refused_before_any_row_is_written() -> None:
+    """One cache with no room left: a ValueError naming the full context, alone or in a
+    batch, and no cache of the batch moves."""
+    model = pipeline("fp32").model
+    n_ctx = model.dims.n_text_ctx
+    with torch.inference_mode():
+        features = torch.zeros(1, model.dims.n_audio_ctx, model.dims.n_audio_state)
+        room, full = model.new_cache(features), model.new_cache(features)
+        full.length = n_ctx
+        with pytest.raises(ValueError, match=f"decoder context full: {n_ctx + 1} > {n_ctx}"):
+            model.decoder(torch.tensor([[50257]]), full)
+        room.length = n_ctx - 1  # room for one token, not two
+        with pytest.raises(ValueError, match="decoder context full"):
+            model.decoder(torch.tensor([[50257, 50362]]), room)
+        with pytest.raises(ValueError, match="decoder context full"):
+            model.decoder(torch.tensor([[50257], [50257]]), CacheBatch([room, full]))
+        assert (room.length, full.length) == (n_ctx - 1, n_ctx)
+        model.decoder(torch.tensor([[50257]]), room)  # the last position still decodes
+        assert room.length == n_ctx
