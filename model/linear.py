@@ -13,6 +13,8 @@ Each returns None where it does not apply, and the caller takes the plain produc
 
 from __future__ import annotations
 
+from functools import cache
+
 import torch
 from torch import Tensor, nn
 
@@ -48,7 +50,10 @@ def onednn_linear(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tens
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 
+@cache
 def _has_onednn() -> bool:
+    """Whether this torch has oneDNN's linear kernels: once per process (it is asked on every
+    batched product)."""
     ops = torch.ops.mkldnn
     has = all(hasattr(ops, op) for op in ("_reorder_linear_weight", "_linear_pointwise"))
     return torch.backends.mkldnn.is_available() and has
