@@ -246,8 +246,16 @@ def _frame_to_mono(frame: av.AudioFrame) -> np.ndarray:
 
 def _mix(x: np.ndarray, axis: int) -> np.ndarray:
     """The mean over channels, as float32: summed in float64, so that loud finite floats
-    (up to 3.4e38) do not overflow to Inf on the way."""
-    return x.mean(axis=axis, dtype=np.float64).astype(np.float32)
+    (up to 3.4e38) do not overflow to Inf on the way; a channel at a time, since numpy's mean
+    over a short strided axis is ~10x slower (11 s of stereo: 11 vs 1.2 ms)."""
+    channels = np.moveaxis(x, axis, 0)  # [channels, n], views
+    if len(channels) == 1:
+        return channels[0].astype(np.float32)  # [n], a copy
+    total = channels[0].astype(np.float64)  # [n]
+    for channel in channels[1:]:
+        total += channel
+    total /= len(channels)
+    return total.astype(np.float32)  # [n]
 
 
 def _wav_header_problem(head: bytes) -> str | None:

@@ -14,7 +14,7 @@ import torch
 
 from model.audio import decode_audio
 from model.decoding import DecodeOptions
-from model.logits import SIGMAS, int8_supported
+from model.logits import MASS_TOKENS, SIGMAS, Int8Logits, int8_supported
 from model.pipeline import Pipeline, _cpu_has_bf16, load_pipeline, resolve_compute
 from model.results import TokenEvent, Transcript
 from service.__main__ import config_from_args, parse_args
@@ -106,6 +106,48 @@ def test_int8_logits_error_model_and_exact_rescoring(jfk_path: Path) -> None:
             assert abs(float(chosen[best] - exact[best])) < 1e-4
             assert (chosen[ts:] - exact[ts:]).abs().max() < 1e-4
     assert len(states) > 20 and 1.0 < worst < SIGMAS, worst
+
+
+def test_int8_logits_keep_the_mask_and_rescore_every_contender() -> None:
+    """Tokens masked before the rescoring stay -inf even when fewer text tokens are allowed
+    than the rescoring takes (it once gave the masked ones their exact logits), the allowed
+    ones come back exact; and when many text tokens lie within the int8 error of the best,
+    every one of them is rescored (the full candidate search), so the choice is fp32's."""
+    if not int8_supported():
+        pytest.skip("this torch has no fbgemm int8 kernels")
+    pipe = pipeline("tiny.en", "int8-logits")
+    decoder, head = pipe.model.decoder, pipe.model.decoder.int8_logits
+    ts = pipe.tokenizer.timestamp_begin
+    h = torch.randn(pipe.dims.n_text_state, generator=torch.Generator().manual_seed(3))
+    allowed = torch.tensor([11, 220, 1000, pipe.tokenizer.eot])
+
+    def keep_few(logits: torch.Tensor) -> None:
+        keep = logits[allowed].clone()
+        logits[:ts] = -torch.inf
+        logits[allowed] = keep
+
+    with torch.inference_mode():
+        exact = decoder.project(h[None, None])[0, 0]  # [V]
+        chosen = head.logits(h, keep_few, ts)
+        assert torch.isfinite(chosen[:ts]).sum() == len(allowed)
+        assert (chosen[allowed] - exact[allowed]).abs().max() < 1e-4
+    # 100 text tokens that nearly tie with the best, far more than the K largest ones
+    gen = torch.Generator().manual_seed(4)
+    v, d, ts = 1000, 64, 900  # ids from 900 are "timestamps"
+    weight = torch.randn(v, d, generator=gen) * 0.05
+    weight[:100] = torch.randn(d, generator=gen) + 1e-4 * torch.randn(100, d, generator=gen)
+    ln = torch.nn.LayerNorm(d)
+    head = Int8Logits(weight, ln)
+    h = weight[0] + 0.1 * torch.randn(d, generator=gen)
+    with torch.inference_mode():
+        exact = ln(h) @ weight.T  # [V]
+        chosen = head.logits(h, lambda _logits: None, ts)
+        approx, margin = head.approximate(h)
+    contenders = (approx[:ts] + margin[:ts]) >= float((approx[:ts] - margin[:ts]).max())
+    assert int(contenders.sum()) > MASS_TOKENS  # the case the full search is for
+    assert int(chosen[:ts].argmax()) == int(exact[:ts].argmax())
+    assert (chosen[:ts][contenders] - exact[:ts][contenders]).abs().max() < 1e-4
+    assert (chosen[ts:] - exact[ts:]).abs().max() < 1e-4
 
 
 def test_unknown_compute_is_refused() -> None:
