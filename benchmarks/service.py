@@ -5,32 +5,33 @@
 1. Overhead: the median wall time of `pipeline.transcribe` (file bytes decoded, every
    token's attention computed) against a StreamTranscribe of the same bytes through a real
    server and channel with float16 rows of the mean alignment head (target ratio < 1.1).
-2. Load: C client threads each send StreamTranscribe requests back to back; throughput
-   (requests/s, audio seconds per second, and its share of the encoder-bound limit: one
-   request per encoder pass, the encoder's median time measured here, for a clip of one
-   window), p50/p99 latency to `done`, p50 time to the first token, and the process's RSS
-   (the server runs in this process) after each level and at its peak.
+2. Load: C client threads, in a process of their own (benchmarks.grpc_load), each send
+   StreamTranscribe requests back to back; throughput (requests/s, audio seconds per second,
+   and its share of the encoder-bound limit: one request per encoder pass, the encoder's
+   median time measured here, for a clip of one window), p50/p99 latency to `done`, p50 time
+   to the first token, and the server's RSS (it runs in this process, without the clients)
+   after each level and at its peak.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
-import numpy as np
 
 from benchmarks.decode import encoder_seconds
+from benchmarks.grpc_load import streamed
 from model.audio import N_FRAMES, decode_audio, log_mel_spectrogram, pad_or_trim
 from model.decoding import DecodeOptions
 from model.pipeline import Pipeline, load_pipeline
 from service.background import BackgroundServer
 from service.server import ServerConfig
-from xattn.v1 import transcriber_pb2 as pb
 from xattn.v1 import transcriber_pb2_grpc
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,51 +46,19 @@ def in_process(pipe: Pipeline, data: bytes) -> float:
     return time.perf_counter() - t0
 
 
-def streamed(stub: transcriber_pb2_grpc.TranscriberStub, data: bytes) -> tuple[float, float]:
-    """(seconds to done, seconds to the first token) of one StreamTranscribe."""
-    request = pb.StreamTranscribeRequest(
-        audio=pb.Audio(encoded=data),
-        alignment=pb.AlignmentOptions(
-            mode=pb.ALIGNMENT_MODE_MEAN_ALIGNMENT_HEADS, data_type=pb.DATA_TYPE_FLOAT16
-        ),
-    )
-    t0 = time.perf_counter()
-    first = None
-    for response in stub.StreamTranscribe(request, timeout=600):
-        if first is None and response.WhichOneof("event") == "token":
-            first = time.perf_counter() - t0
-    return time.perf_counter() - t0, first or 0.0
-
-
 def rss_mb() -> tuple[float, float]:
-    """This process's resident memory now and at its peak, MB."""
+    """This process's (the server's) resident memory now and at its peak, MB."""
     fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
     return (int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024)
 
 
-def percentile(values: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q))
-
-
-def load(stub: transcriber_pb2_grpc.TranscriberStub, data: bytes, streams: int, each: int) -> dict:
-    def client(_: int) -> list[tuple[float, float]]:
-        return [streamed(stub, data) for _ in range(each)]
-
-    t0 = time.perf_counter()
-    with ThreadPoolExecutor(streams) as pool:
-        runs = [r for rs in pool.map(client, range(streams)) for r in rs]
-    wall = time.perf_counter() - t0
-    latencies = [total for total, _ in runs]
-    return {
-        "streams": streams,
-        "requests": len(runs),
-        "wall": wall,
-        "rps": len(runs) / wall,
-        "p50": percentile(latencies, 50),
-        "p99": percentile(latencies, 99),
-        "ttft": percentile([first for _, first in runs], 50),
-        "rss": rss_mb(),
-    }
+def load_elsewhere(address: str, clip: Path, streams: int, each: int) -> dict:
+    """One load level from a client process of its own (benchmarks.grpc_load)."""
+    command = [sys.executable, "-m", "benchmarks.grpc_load", address, str(clip)]
+    out = subprocess.run(
+        [*command, str(streams), str(each)], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,7 +88,10 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.repeats):  # interleaved, so drift hits both sides alike
             local.append(in_process(pipe, data))
             remote.append(streamed(stub, data)[0])
-        rows = [load(stub, data, level, args.requests) for level in args.levels]
+        rows = []
+        for level in args.levels:  # the clients in their own process, the RSS the server's
+            row = load_elsewhere(server.address, args.clip, level, args.requests)
+            rows.append({**row, "rss": rss_mb()})
         counters = server.engine.counters()
 
     base, grpc_s = statistics.median(local), statistics.median(remote)
