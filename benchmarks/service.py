@@ -54,10 +54,9 @@ def rss_mb() -> tuple[float, float]:
 
 def load_elsewhere(address: str, clip: Path, streams: int, each: int) -> dict:
     """One load level from a client process of its own (benchmarks.grpc_load)."""
-    command = [sys.executable, "-m", "benchmarks.grpc_load", address, str(clip)]
-    out = subprocess.run(
-        [*command, str(streams), str(each)], cwd=ROOT, capture_output=True, text=True, check=True
-    )
+    args = [str(clip), str(streams), str(each)]
+    command = [sys.executable, "-m", "benchmarks.grpc_load", address, *args]
+    out = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
 
