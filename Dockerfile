@@ -21,26 +21,24 @@ RUN python -m venv /opt/xattn
 ENV PATH=/opt/xattn/bin:$PATH
 
 # CPU builds of torch and torchaudio first, in their own layer, so that code changes do not
-# download them again. The pins match pyproject.toml (2.14.1+cpu satisfies torch==2.14.1, so
-# the project's install below keeps them instead of pulling the CUDA wheels from PyPI).
+# download them again, at the versions of constraints.txt (2.14.1+cpu satisfies torch==2.14.1,
+# so the project's install below keeps them instead of pulling the CUDA wheels from PyPI).
+WORKDIR /src
+COPY constraints.txt ./
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
-RUN pip install --index-url "${TORCH_INDEX_URL}" torch==2.14.1 torchaudio==2.11.0
+RUN pip install --index-url "${TORCH_INDEX_URL}" -c constraints.txt torch torchaudio
 
 # The project and its dependencies (with the tiny.en weights; XATTN_EXTRAS=base adds base).
-WORKDIR /src
 COPY pyproject.toml ./
 COPY model/ model/
 COPY service/ service/
 COPY clients/ clients/
 COPY xattn/ xattn/
 ARG XATTN_EXTRAS=
-RUN pip install ".${XATTN_EXTRAS:+[${XATTN_EXTRAS}]}"
-# The HTML inspector reads clients/render/assets/ beside its module. Until pyproject.toml
-# declares them as package data, the wheel lacks them: put them in place here. (`python -P`:
-# the installed package, not ./clients.)
-RUN assets="$(python -P -c 'import clients.render as r, pathlib; print(pathlib.Path(r.__file__).parent / "assets")')" \
-    && if [ ! -d "$assets" ]; then cp -r clients/render/assets "$assets"; fi \
-    && ls "$assets"/inspector.html
+RUN pip install -c constraints.txt ".${XATTN_EXTRAS:+[${XATTN_EXTRAS}]}"
+# The wheel carries the inspector's assets (package data): fail the build if it does not.
+# (`python -P`: the installed package, not the sources in /src.)
+RUN python -P -c 'import xattn.clients.render as r, pathlib; assert (pathlib.Path(r.__file__).parent / "assets" / "inspector.html").is_file()'
 
 # --- runtime: the venv, the health probe and the sample, as a non-root user --------------------
 FROM ${PYTHON_IMAGE} AS runtime
@@ -68,7 +66,7 @@ ENV PATH=/opt/xattn/bin:$PATH \
 
 # Fail the build, not the first request, if the weights or a console script are missing.
 RUN xattn-server --help >/dev/null && xattn --help >/dev/null \
-    && python -c "from model.checkpoints import load_checkpoint; load_checkpoint('tiny.en')"
+    && python -c "from xattn.model.checkpoints import load_checkpoint; load_checkpoint('tiny.en')"
 
 USER xattn
 EXPOSE 50051

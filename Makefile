@@ -1,6 +1,7 @@
 # xattn: `make demo` runs the demo, `make test` runs lint + the test suite.
 # Works on a fresh machine with only Python 3.11 and make: the first target creates .venv and
-# installs the project into it; pip runs again only when pyproject.toml is newer than the stamp.
+# installs the project into it, at the exact versions of constraints.txt (pyproject.toml states
+# ranges); pip runs again only when either file is newer than the stamp.
 
 PYTHON ?= python3
 VENV := .venv
@@ -11,15 +12,17 @@ PYTEST_ARGS ?=
 # pytest's exit status of the last `make test`, for .ci/run (5 = no tests collected)
 PYTEST_EXIT := .pytest-exit
 
-.PHONY: all demo test fuzz lint proto install clean-venv
+.PHONY: all demo test fuzz lint proto install clean-venv constraints
 
 all: test
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml | $(PY)
-	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(PY) -m pip install -e '.[base,test]'
+CONSTRAINTS := constraints.txt
+
+$(STAMP): pyproject.toml $(CONSTRAINTS) | $(PY)
+	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(PY) -m pip install -c $(CONSTRAINTS) -e '.[base,test]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -40,6 +43,10 @@ fuzz: $(STAMP)
 
 proto: $(STAMP)
 	$(PY) scripts/gen_proto.py
+
+# Rewrite constraints.txt from the venv (after changing a range in pyproject.toml).
+constraints: $(STAMP)
+	$(PY) scripts/lock.py
 
 clean-venv:
 	rm -rf $(VENV)

@@ -37,12 +37,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from model.audio import N_FRAMES, decode_audio, log_mel_spectrogram, pad_or_trim
-from model.checkpoints import _package_dir, load_checkpoint, to_openai_state_dict
-from model.decoding import DecodeOptions
-from model.dims import ModelDims
-from model.pipeline import Pipeline, load_pipeline
-from model.results import TokenEvent, Transcript
+from xattn.model.audio import N_FRAMES, decode_audio, log_mel_spectrogram, pad_or_trim
+from xattn.model.checkpoints import _package_dir, load_checkpoint, to_openai_state_dict
+from xattn.model.decoding import DecodeOptions
+from xattn.model.dims import ModelDims
+from xattn.model.pipeline import Pipeline, load_pipeline
+from xattn.model.results import TokenEvent, Transcript
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CLIP = ROOT.parent / "shared/audio/jfk.flac"
@@ -201,7 +201,7 @@ def decode_steps(
     prefix to a fresh self-attention cache (the window's cross-attention K/V are reused); the
     steps are then independent, so above 20 tokens only every 10th one runs (prefix lengths 6,
     16, ..., 196: the mean of 1..200, near enough) to keep the quadratic case affordable.
-    int8: the logits of each step from `pipe`'s Int8Logits (model.logits) as a greedy step
+    int8: the logits of each step from `pipe`'s Int8Logits (xattn.model.logits) as a greedy step
     takes them (no mask), instead of the fp32 projection."""
     model = pipe.model
     head, ts = model.decoder.int8_logits, pipe.tokenizer.timestamp_begin

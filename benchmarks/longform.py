@@ -36,11 +36,11 @@ import numpy as np
 import torch
 
 from benchmarks.decode import contention, ct2_dir, median, round_robin
-from model.audio import SAMPLE_RATE, decode_audio
-from model.decoding import DecodeOptions
-from model.pipeline import Pipeline, load_pipeline
-from model.results import TokenEvent, Transcript, WindowStart
-from model.whisper import COMPUTES
+from xattn.model.audio import SAMPLE_RATE, decode_audio
+from xattn.model.decoding import DecodeOptions
+from xattn.model.pipeline import Pipeline, load_pipeline
+from xattn.model.results import TokenEvent, Transcript, WindowStart
+from xattn.model.whisper import COMPUTES
 
 ROOT = Path(__file__).resolve().parents[1]
 AUDIO = ROOT.parent / "shared" / "audio"

@@ -27,11 +27,11 @@ import grpc
 
 from benchmarks.decode import encoder_seconds
 from benchmarks.grpc_load import streamed
-from model.audio import N_FRAMES, decode_audio, log_mel_spectrogram, pad_or_trim
-from model.decoding import DecodeOptions
-from model.pipeline import Pipeline, load_pipeline
-from service.background import BackgroundServer
-from service.server import ServerConfig
+from xattn.model.audio import N_FRAMES, decode_audio, log_mel_spectrogram, pad_or_trim
+from xattn.model.decoding import DecodeOptions
+from xattn.model.pipeline import Pipeline, load_pipeline
+from xattn.service.background import BackgroundServer
+from xattn.service.server import ServerConfig
 from xattn.v1 import transcriber_pb2_grpc
 
 ROOT = Path(__file__).resolve().parent.parent

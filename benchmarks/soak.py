@@ -4,7 +4,7 @@ latency percentiles and the server's RSS over time (and its growth after warm-up
     python benchmarks/soak.py --seconds 1800 --concurrency 2 --report /tmp/soak.txt
     python benchmarks/soak.py --server 127.0.0.1:50051 --pid 1234   # a running server
 
-Without --server it starts `python -m service` itself (tiny.en, --workers/--max-queue as
+Without --server it starts `python -m xattn.service` itself (tiny.en, --workers/--max-queue as
 given, OMP_NUM_THREADS=--threads) and stops it with SIGTERM at the end (its exit code is
 reported). The traffic, chosen at random by each of --concurrency client threads: streams
 and unary calls of good audio, undecodable and too-long files, bad options, cancels after
@@ -217,7 +217,7 @@ class Soak:
 def start_server(args: argparse.Namespace, folder: Path) -> tuple[subprocess.Popen, str]:
     port_file = folder / "port"
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-    command = [sys.executable, "-m", "service", "--port", "0", "--port-file", str(port_file)]
+    command = [sys.executable, "-m", "xattn.service", "--port", "0", "--port-file", str(port_file)]
     command += ["--workers", str(args.workers), "--max-queue", str(args.max_queue)]
     command += ["--stats-file", str(folder / "stats.json"), "--log-level", "WARNING"]
     log = (folder / "server.log").open("w")

@@ -1,14 +1,15 @@
-"""Server start-up: seconds from launching `python -m service` to health SERVING, by part.
+"""Server start-up: seconds from launching `python -m xattn.service` to health SERVING, by part.
 
     python -m benchmarks.startup [--repeats 5] [--model tiny.en] [--compute auto] [--threads N]
 
-Each run launches `python -m service --port 0 --port-file <tmp>` (the log at INFO to a file),
+Each run launches `python -m xattn.service --port 0 --port-file <tmp>` (the log at INFO to a file),
 polls every 50 ms for the port file and then the standard gRPC health service
 (grpc.health.v1.Health/Check, service "", which the server sets SERVING once the model is
 loaded and warmed up), then sends SIGTERM and waits for the exit. From the server's own log
 lines: launch -> "listening" (interpreter, imports, gRPC start), the `load_pipeline` seconds
 ("loaded ... in X s"), the warm-up seconds ("warmed up ... in X s"), and the rest. Beside it,
-as separate processes, `python -c pass`, `-c "import torch"` and `-c "import service.__main__"`
+as separate processes, `python -c pass`, `-c "import torch"` and
+`-c "import xattn.service.__main__"`
 (everything the server imports), and in this process `load_pipeline` and `Pipeline.warm_up`.
 
 All cases run round-robin (see benchmarks/decode.py), median of `--repeats`. Target: under
@@ -35,8 +36,8 @@ import torch
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from benchmarks.decode import contention, median, round_robin
-from model.pipeline import load_pipeline
-from model.whisper import COMPUTES
+from xattn.model.pipeline import load_pipeline
+from xattn.model.whisper import COMPUTES
 
 ROOT = Path(__file__).resolve().parents[1]
 POLL = 0.05  # seconds between polls
@@ -113,7 +114,8 @@ def launch(args: argparse.Namespace, env: dict[str, str], out: list[Launch]) -> 
     """Start the server, wait for SERVING, SIGTERM it, wait; append what was seen to `out`."""
     with tempfile.TemporaryDirectory(prefix="xattn-startup-") as tmp:
         port_file, log_path = Path(tmp) / "port", Path(tmp) / "server.log"
-        command = [sys.executable, "-m", "service", "--port", "0", "--port-file", str(port_file)]
+        command = [sys.executable, "-m", "xattn.service", "--port", "0"]
+        command += ["--port-file", str(port_file)]
         command += ["--model", args.model, "--compute", args.compute, "--log-level", "INFO"]
         with log_path.open("w") as log:
             launched, t0 = time.time(), time.perf_counter()
@@ -189,7 +191,7 @@ def main(argv: list[str] | None = None) -> None:
     cases = {
         "python -c pass": python_case("pass", env),
         "import torch": python_case("import torch", env),
-        "import service.__main__": python_case("import service.__main__", env),
+        "import xattn.service.__main__": python_case("import xattn.service.__main__", env),
         "server": lambda: launch(args, env, records.launches),
         "in-process": lambda: in_process(args, records),
     }
@@ -201,12 +203,12 @@ def main(argv: list[str] | None = None) -> None:
     load, warm = known([x.load for x in launches]), known([x.warm_up for x in launches])
 
     header("1. separate processes, start to exit")
-    for name in ("python -c pass", "import torch", "import service.__main__"):
+    for name in ("python -c pass", "import torch", "import xattn.service.__main__"):
         row(f"python -c {name!r}" if name != "python -c pass" else name, median(times[name]))
     header("2. in this process (imports done)")
     row("load_pipeline", median(records.load), f"compute {records.compute}")
     row("Pipeline.warm_up (1 s of near-silence)", median(records.warm_up))
-    header("3. python -m service, launch to health SERVING")
+    header("3. python -m xattn.service, launch to health SERVING")
     row("launch -> listening (python, imports, gRPC)", listening)
     row("load_pipeline ('loaded ... in X s')", load)
     row("warm-up ('warmed up ... in X s')", warm)

@@ -31,11 +31,11 @@ from pathlib import Path
 
 import numpy as np
 
-from clients.api import connect
-from clients.streaming import LiveDone, LiveResult, live_config, read_pcm16, stream_pcm
-from model.pipeline import load_pipeline
-from service.background import BackgroundServer
-from service.server import ServerConfig
+from xattn.clients.api import connect
+from xattn.clients.streaming import LiveDone, LiveResult, live_config, read_pcm16, stream_pcm
+from xattn.model.pipeline import load_pipeline
+from xattn.service.background import BackgroundServer
+from xattn.service.server import ServerConfig
 from xattn.v1 import transcriber_pb2 as pb
 from xattn.v1 import transcriber_pb2_grpc
 

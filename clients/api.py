@@ -2,7 +2,7 @@
 
 Five lines::
 
-    from clients.api import connect
+    from xattn.clients.api import connect
 
     with connect("127.0.0.1:50051") as client:
         result = client.transcribe("jfk.flac", words=True)
@@ -28,8 +28,8 @@ from typing import Any, Literal
 
 import grpc
 
-from clients.assemble import Assembler, decode_tensor
-from clients.data import (
+from xattn.clients.assemble import Assembler, decode_tensor
+from xattn.clients.data import (
     Event,
     Finished,
     Head,

@@ -6,7 +6,7 @@ import logging
 
 import numpy as np
 
-from clients.data import (
+from xattn.clients.data import (
     FRAMES,
     Event,
     Finished,

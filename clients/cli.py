@@ -33,7 +33,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.live import Live
 
-from clients.api import (
+from xattn.clients.api import (
     AudioFileError,
     Client,
     ServerError,
@@ -42,9 +42,9 @@ from clients.api import (
     read_audio,
     resolve_token,
 )
-from clients.assemble import mean_rows
-from clients.data import Event, Finished, Head, Result
-from clients.render.terminal import LiveView
+from xattn.clients.assemble import mean_rows
+from xattn.clients.data import Event, Finished, Head, Result
+from xattn.clients.render.terminal import LiveView
 
 OK, BAD_FILE, UNREACHABLE, SERVER_ERROR, INTERRUPTED = 0, 2, 3, 4, 130
 DEFAULT_SERVER = "127.0.0.1:50051"
@@ -115,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("stream", help="live recognition: the file fed at real-time pace")
     common(s)
-    from clients.stream_cli import add_arguments
+    from xattn.clients.stream_cli import add_arguments
 
     add_arguments(s)
     return parser
@@ -206,12 +206,12 @@ def transcribe(args: argparse.Namespace, console: Console, err: Console) -> int:
         result = run_stream(events, console, view)
     notes = err if args.json else console
     if args.png:
-        from clients.render.png import write_png
+        from xattn.clients.render.png import write_png
 
         for path in write_png(result, args.png):
             notes.print(f"wrote {path}")
     if args.html:
-        from clients.render.html import write_html
+        from xattn.clients.render.html import write_html
 
         notes.print(f"wrote {write_html(result, args.html, audio, name)}")
     if args.json:
@@ -233,7 +233,7 @@ def inspect(args: argparse.Namespace, console: Console) -> int:
         )
         result = run_stream(events, console, live_view(client, heads, audio, args.audio))
     name = Path(args.audio).name
-    from clients.render.html import write_html
+    from xattn.clients.render.html import write_html
 
     console.print(f"wrote {write_html(result, out, audio, name)}")
     return OK
@@ -246,7 +246,7 @@ def serve_live(
     heads: list[Head] | None,
     console: Console,
 ) -> int:
-    from clients.render.html import event_dict, page
+    from xattn.clients.render.html import event_dict, page
 
     name = Path(args.audio).name
     html = page(client.info(), heads, [], audio, name, live="/events")
@@ -273,7 +273,7 @@ def serve_page(
 ) -> int:
     """Serve `html` on 127.0.0.1:args.port, pumping `events` (JSON) from the first page on,
     until Ctrl-C; closes `client`."""
-    from clients.live import LiveServer
+    from xattn.clients.live import LiveServer
 
     def on_error(e: BaseException) -> str:
         if isinstance(e, ServerError):
@@ -321,10 +321,10 @@ def main(argv: Sequence[str] | None = None, console: Console | None = None) -> i
             if args.inspect:
                 if args.json:
                     raise Fail(BAD_FILE, "--inspect and --json do not go together")
-                from clients.stream_inspect import prepare
+                from xattn.clients.stream_inspect import prepare
 
                 return serve_page(args, *prepare(args, out), out)
-            from clients.stream_cli import run
+            from xattn.clients.stream_cli import run
 
             return run(args, out, err)
         return inspect(args, out)

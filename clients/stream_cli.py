@@ -19,10 +19,17 @@ from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.live import Live
 from rich.text import Text
 
-from clients.api import connect
-from clients.data import FRAMES, FRAMES_PER_SECOND, ModelInfo, Token, Window
-from clients.render.terminal import heatmap
-from clients.streaming import LiveDone, LiveResult, live_config, read_pcm16, result_dict, stream_pcm
+from xattn.clients.api import connect
+from xattn.clients.data import FRAMES, FRAMES_PER_SECOND, ModelInfo, Token, Window
+from xattn.clients.render.terminal import heatmap
+from xattn.clients.streaming import (
+    LiveDone,
+    LiveResult,
+    live_config,
+    read_pcm16,
+    result_dict,
+    stream_pcm,
+)
 
 
 def positive(value: str) -> float:
@@ -116,7 +123,7 @@ class StreamView:
 
 
 def run(args: argparse.Namespace, console: Console, err: Console) -> int:
-    """Stream `args.audio` to `args.server`; raises clients.api's errors (cli maps them)."""
+    """Stream `args.audio` to `args.server`; raises xattn.clients.api's errors (cli maps them)."""
     pcm = read_pcm16(args.audio)
     duration = len(pcm) / 2 / 16000
     token = args.token  # cli.main resolved --token-file into it

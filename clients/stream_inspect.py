@@ -24,10 +24,17 @@ from typing import Any
 
 from rich.console import Console
 
-from clients.api import Client, connect, read_audio
-from clients.data import FRAMES, FRAMES_PER_SECOND
-from clients.render.html import row_payload
-from clients.streaming import LiveDone, LiveEvent, LiveResult, live_config, read_pcm16, stream_pcm
+from xattn.clients.api import Client, connect, read_audio
+from xattn.clients.data import FRAMES, FRAMES_PER_SECOND
+from xattn.clients.render.html import row_payload
+from xattn.clients.streaming import (
+    LiveDone,
+    LiveEvent,
+    LiveResult,
+    live_config,
+    read_pcm16,
+    stream_pcm,
+)
 
 
 class PageEvents:
@@ -124,7 +131,7 @@ def prepare(
 ) -> tuple[Client, str, Callable[[], Iterator[str]]]:
     """The client, the page and its events for cli.serve_page (the stream starts when the
     first page subscribes)."""
-    from clients.render.html import page
+    from xattn.clients.render.html import page
 
     pcm = read_pcm16(args.audio)
     audio = read_audio(args.audio)

@@ -1,7 +1,7 @@
 """Live recognition from a file, fed as if it were being spoken (StreamingRecognize).
 
-    from clients.api import connect
-    from clients.streaming import read_pcm16, stream_pcm
+    from xattn.clients.api import connect
+    from xattn.clients.streaming import read_pcm16, stream_pcm
 
     with connect("127.0.0.1:50051") as client:
         for event in stream_pcm(client, read_pcm16("jfk.flac"), speed=1.0):
@@ -9,7 +9,7 @@
 
 The file is decoded here (PyAV) into 16 kHz mono int16 and sent in 100 ms chunks at
 `speed` times real time. Finals are never revised: their texts concatenated are the
-transcript. Errors are clients.api's: AudioFileError, Unreachable, ServerError.
+transcript. Errors are xattn.clients.api's: AudioFileError, Unreachable, ServerError.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ import av
 import grpc
 import numpy as np
 
-from clients.api import AudioFileError, Client, ServerError, _raise_for, alignment_options
-from clients.assemble import decode_tensor
-from clients.data import FRAMES_PER_SECOND, Word
+from xattn.clients.api import AudioFileError, Client, ServerError, _raise_for, alignment_options
+from xattn.clients.assemble import decode_tensor
+from xattn.clients.data import FRAMES_PER_SECOND, Word
 from xattn.v1 import transcriber_pb2 as pb
 from xattn.v1 import transcriber_pb2_grpc
 

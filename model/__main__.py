@@ -1,4 +1,4 @@
-"""In-process transcription from the command line: `python -m model AUDIO`.
+"""In-process transcription from the command line: `python -m xattn.model AUDIO`.
 
 Prints each token as it is decoded with the frame (and time) its cross-attention peaks at,
 averaged over the checkpoint's alignment heads, then the segments (and words with --words).
@@ -13,14 +13,14 @@ import time
 
 import numpy as np
 
-from model.audio import AudioError, decode_audio
-from model.decoding import DecodeOptions
-from model.pipeline import load_pipeline
-from model.results import FRAMES_PER_SECOND, Segment, TokenEvent, Transcript, WindowStart
+from xattn.model.audio import AudioError, decode_audio
+from xattn.model.decoding import DecodeOptions
+from xattn.model.pipeline import load_pipeline
+from xattn.model.results import FRAMES_PER_SECOND, Segment, TokenEvent, Transcript, WindowStart
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m model", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m xattn.model", description=__doc__)
     parser.add_argument("audio", help="a wav/flac/mp3/ogg file")
     parser.add_argument("--model", default="tiny.en", help="tiny.en, base, or a path")
     parser.add_argument("--language", default=None)

@@ -36,8 +36,8 @@ from typing import TypeVar
 import torch
 from torch import Tensor
 
-from model.kv_cache import CacheBatch, KVCache
-from model.whisper import Whisper
+from xattn.model.kv_cache import CacheBatch, KVCache
+from xattn.model.whisper import Whisper
 
 T = TypeVar("T")
 

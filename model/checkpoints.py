@@ -23,7 +23,7 @@ from typing import BinaryIO
 import numpy as np
 import torch
 
-from model.dims import ModelDims
+from xattn.model.dims import ModelDims
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class CheckpointError(ValueError):
 class Checkpoint:
     name: str
     dims: ModelDims
-    state_dict: dict[str, torch.Tensor]  # names of model.whisper.Whisper, float32
+    state_dict: dict[str, torch.Tensor]  # names of xattn.model.whisper.Whisper, float32
     alignment_heads: tuple[tuple[int, int], ...]  # (layer, head) of the decoder
     suppress_tokens: tuple[int, ...] | None  # None: derive from the tokenizer
     suppress_blank: tuple[int, ...] | None
@@ -110,7 +110,7 @@ def read_ct2_variables(paths: list[Path]) -> Iterator[tuple[str, np.ndarray]]:
 
 
 def _ct2_name(name: str) -> str | None:
-    """CTranslate2 variable name → model.whisper parameter name (None: not a parameter)."""
+    """CTranslate2 variable name → xattn.model.whisper parameter name (None: not a parameter)."""
     part = {"gamma": "weight", "beta": "bias", "weight": "weight", "bias": "bias"}
     p = name.split("/")
     side = p[0]

@@ -19,10 +19,10 @@ from functools import partial
 import numpy as np
 import torch
 
-from model.batching import StepBatcher, model_work
-from model.kv_cache import KVCache
-from model.tokenizer import Tokenizer
-from model.whisper import Whisper
+from xattn.model.batching import StepBatcher, model_work
+from xattn.model.kv_cache import KVCache
+from xattn.model.tokenizer import Tokenizer
+from xattn.model.whisper import Whisper
 
 DEFAULT_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 TASKS = ("transcribe", "translate")

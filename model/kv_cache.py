@@ -19,7 +19,7 @@ import torch
 class CrossKV:
     """Cross-attention keys and values of one window, per decoder layer."""
 
-    # stored transposed (model.whisper.CrossAttention.project_kv)
+    # stored transposed (xattn.model.whisper.CrossAttention.project_kv)
     k: list[torch.Tensor]  # n_layer × [batch, n_head, d_head, n_audio_ctx]
     v: list[torch.Tensor]  # n_layer × [batch, n_head, d_head, n_audio_ctx]
 
@@ -77,7 +77,7 @@ class KVCache:
 
 
 class CacheBatch:
-    """The caches of several decodes stepped together, one new token each (model.batching):
+    """The caches of several decodes stepped together, one new token each (xattn.model.batching):
     the decoder runs its linear layers once over the batch and each one's attention over its
     own cache, since their lengths and their windows differ."""
 

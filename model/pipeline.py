@@ -17,16 +17,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from model.audio import SAMPLE_RATE, check_audio
-from model.batching import StepBatcher
-from model.checkpoints import Checkpoint, load_checkpoint
-from model.decoding import TASKS, DecodeOptions, OptionsError
-from model.dims import ModelDims
-from model.logits import int8_supported
-from model.tokenizer import Tokenizer
-from model.transcribe import Context, Event, transcribe
-from model.whisper import Whisper
-from model.words import WordAligner
+from xattn.model.audio import SAMPLE_RATE, check_audio
+from xattn.model.batching import StepBatcher
+from xattn.model.checkpoints import Checkpoint, load_checkpoint
+from xattn.model.decoding import TASKS, DecodeOptions, OptionsError
+from xattn.model.dims import ModelDims
+from xattn.model.logits import int8_supported
+from xattn.model.tokenizer import Tokenizer
+from xattn.model.transcribe import Context, Event, transcribe
+from xattn.model.whisper import Whisper
+from xattn.model.words import WordAligner
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class Pipeline:
     def transcribe(
         self, audio: np.ndarray, options: DecodeOptions | None = None
     ) -> Iterator[Event]:
-        """Events of the transcription of 16 kHz mono float32 `audio` (see model.transcribe)."""
+        """Events of the transcription of 16 kHz mono float32 `audio` (xattn.model.transcribe)."""
         options = options or DecodeOptions()
         self.validate(options)
         audio = check_audio(audio)
@@ -97,7 +97,7 @@ class Pipeline:
 
     def batched(self, max_batch: int = 16) -> Pipeline:
         """This pipeline with a StepBatcher: transcriptions running on several threads share
-        each cached decoder step's forward (model.batching)."""
+        each cached decoder step's forward (xattn.model.batching)."""
         batcher = StepBatcher(self.model, max_batch=max_batch)
         return dataclasses.replace(self, context=dataclasses.replace(self.context, batcher=batcher))
 
@@ -164,7 +164,7 @@ def load_pipeline(
 ) -> Pipeline:
     """Load `tiny.en`, `base`, a CTranslate2 directory or an openai-whisper `.pt` file.
 
-    compute: "fp32" (exact, the default), one of model.whisper.COMPUTES or "auto"
+    compute: "fp32" (exact, the default), one of xattn.model.whisper.COMPUTES or "auto"
     (resolve_compute)."""
     t0 = time.perf_counter()
     pipe = build_pipeline(load_checkpoint(name_or_path), device, compute)

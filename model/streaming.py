@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from model.alignment import find_alignment, token_probabilities
-from model.audio import N_FRAMES, N_SAMPLES, SAMPLE_RATE, log_mel_spectrogram, pad_or_trim
-from model.decoding import DecodeOptions, LogitRules, decode_window, detect_language
-from model.results import FRAMES_PER_SECOND, WordTiming
-from model.transcribe import Context
+from xattn.model.alignment import find_alignment, token_probabilities
+from xattn.model.audio import N_FRAMES, N_SAMPLES, SAMPLE_RATE, log_mel_spectrogram, pad_or_trim
+from xattn.model.decoding import DecodeOptions, LogitRules, decode_window, detect_language
+from xattn.model.results import FRAMES_PER_SECOND, WordTiming
+from xattn.model.transcribe import Context
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from model.alignment import online_token_time
-from model.audio import (
+from xattn.model.alignment import online_token_time
+from xattn.model.audio import (
     HOP_LENGTH,
     N_FRAMES,
     N_SAMPLES,
@@ -25,19 +25,19 @@ from model.audio import (
     log_mel_spectrogram,
     pad_or_trim,
 )
-from model.batching import StepBatcher, model_work
-from model.decoding import (
+from xattn.model.batching import StepBatcher, model_work
+from xattn.model.decoding import (
     DecodeOptions,
     LogitRules,
     WindowResult,
     decode_window,
     detect_language,
 )
-from model.kv_cache import KVCache
-from model.results import Segment, TokenEvent, Transcript, WindowDiscarded, WindowStart
-from model.tokenizer import TIME_PRECISION, Tokenizer
-from model.whisper import Whisper
-from model.words import WordAligner
+from xattn.model.kv_cache import KVCache
+from xattn.model.results import Segment, TokenEvent, Transcript, WindowDiscarded, WindowStart
+from xattn.model.tokenizer import TIME_PRECISION, Tokenizer
+from xattn.model.whisper import Whisper
+from xattn.model.words import WordAligner
 
 log = logging.getLogger(__name__)
 Event = WindowStart | TokenEvent | WindowDiscarded | Segment | Transcript
@@ -165,7 +165,7 @@ def transcribe(ctx: Context, audio: np.ndarray, options: DecodeOptions) -> Itera
     run = model_work(ctx.batcher)
     dtype = next(model.parameters()).dtype
     # on the model thread too, with a batcher: torch work from other threads brings its own
-    # OpenMP team onto the same cores (model.batching)
+    # OpenMP team onto the same cores (xattn.model.batching)
     mel = run(log_mel_spectrogram, audio, model.dims.n_mels, N_SAMPLES, device)
     content_frames = mel.shape[-1] - N_FRAMES  # [n_mels, content + 3000]
     duration = content_frames * HOP_LENGTH / SAMPLE_RATE

@@ -12,7 +12,7 @@ Compute (`Whisper.set_compute`): "fp32" computes as openai-whisper does; "bf16-e
 the encoder under bf16 autocast (its matmuls and convolutions; ~2.7x faster on a CPU with
 AVX-512 BF16) and hands the decoder fp32 features, so the decoder and its attention rows are
 computed exactly as in fp32; "int8-logits" reads the output projection of greedy steps in
-int8 and rescores the deciding logits in fp32 (model.logits); "bf16-encoder+int8-logits" both.
+int8 and rescores the deciding logits in fp32 (xattn.model.logits); "bf16-encoder+int8-logits" both.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from model.dims import ModelDims
-from model.kv_cache import CacheBatch, CrossKV, KVCache
-from model.linear import Linear, blocked, column_major, onednn_linear, split_columns
-from model.logits import Int8Logits
+from xattn.model.dims import ModelDims
+from xattn.model.kv_cache import CacheBatch, CrossKV, KVCache
+from xattn.model.linear import Linear, blocked, column_major, onednn_linear, split_columns
+from xattn.model.logits import Int8Logits
 
 # compute -> (the encoder's autocast dtype, int8 output projection for greedy steps)
 COMPUTES = {
@@ -215,7 +215,7 @@ class TextDecoder(nn.Module):
         self._blocked: Tensor | None = None  # the projection in oneDNN's layout (pack)
 
     def pack(self) -> None:
-        """Blocked copies of the weights that a batched step reads (model.batching): the
+        """Blocked copies of the weights that a batched step reads (xattn.model.batching): the
         layers' linear maps and the projection (+113 MB for tiny.en), which oneDNN's kernel
         (`onednn_linear`) then reads for 2 rows or more (the maps from 5: fewer split); the
         copies follow no later .to()."""

@@ -3,7 +3,7 @@
 The window's cross-attention K/V are already in its KVCache, so the only extra work is one
 teacher-forced decoder pass over `[sot sequence, <|notimestamps|>, text tokens, <|endoftext|>]`
 returning the alignment heads' scores; the math (median filter, DTW, word split, clamps) lives
-in `model.alignment` as pure functions.
+in `xattn.model.alignment` as pure functions.
 """
 
 from __future__ import annotations
@@ -14,14 +14,19 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from model.alignment import SegmentTokens, add_word_timestamps, find_alignment, token_probabilities
-from model.kv_cache import KVCache
-from model.results import TokenTiming, WordTiming
-from model.tokenizer import Tokenizer
-from model.whisper import Whisper
+from xattn.model.alignment import (
+    SegmentTokens,
+    add_word_timestamps,
+    find_alignment,
+    token_probabilities,
+)
+from xattn.model.kv_cache import KVCache
+from xattn.model.results import TokenTiming, WordTiming
+from xattn.model.tokenizer import Tokenizer
+from xattn.model.whisper import Whisper
 
 if TYPE_CHECKING:
-    from model.transcribe import Piece
+    from xattn.model.transcribe import Piece
 
 
 class WordAligner:

@@ -1,4 +1,4 @@
-"""`python -m service` / `xattn-server`: run the xattn gRPC server.
+"""`python -m xattn.service` / `xattn-server`: run the xattn gRPC server.
 
 Every flag also reads an environment variable (XATTN_HOST, XATTN_PORT, XATTN_MODEL, ...);
 a flag on the command line wins over the environment, which wins over the default.
@@ -13,9 +13,9 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from model.whisper import COMPUTES
-from service.security import SecurityConfigError, read_tokens
-from service.server import LIVE_MAX_SECONDS, ServerConfig, serve
+from xattn.model.whisper import COMPUTES
+from xattn.service.security import SecurityConfigError, read_tokens
+from xattn.service.server import LIVE_MAX_SECONDS, ServerConfig, serve
 
 log = logging.getLogger("service")
 DEFAULTS = ServerConfig()

@@ -9,9 +9,9 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from model.pipeline import Pipeline
-from service.engine import Engine
-from service.server import Server, ServerConfig
+from xattn.model.pipeline import Pipeline
+from xattn.service.engine import Engine
+from xattn.service.server import Server, ServerConfig
 
 T = TypeVar("T")
 

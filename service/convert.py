@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from model.audio import AudioError, AudioTooLongError, decode_audio, pcm_to_audio
-from model.decoding import DEFAULT_TEMPERATURES, DecodeOptions, OptionsError
-from model.pipeline import Pipeline
-from model.results import (
+from xattn.model.audio import AudioError, AudioTooLongError, decode_audio, pcm_to_audio
+from xattn.model.decoding import DEFAULT_TEMPERATURES, DecodeOptions, OptionsError
+from xattn.model.pipeline import Pipeline
+from xattn.model.results import (
     FRAMES_PER_SECOND,
     Segment,
     TokenEvent,
@@ -21,9 +21,9 @@ from model.results import (
     WindowDiscarded,
     WindowStart,
 )
-from model.streaming import LiveOptions, LiveResult
-from service.engine import Event, Limits, Timings
-from service.rows import RowSpec
+from xattn.model.streaming import LiveOptions, LiveResult
+from xattn.service.engine import Event, Limits, Timings
+from xattn.service.rows import RowSpec
 from xattn.v1 import transcriber_pb2 as pb
 
 PCM_ENCODINGS = {pb.PCM_ENCODING_INT16: "int16", pb.PCM_ENCODING_FLOAT32: "float32"}

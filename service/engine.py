@@ -5,10 +5,10 @@ pool, then its transcription generator runs on a decode worker thread. Each even
 there (the caller's function, e.g. into a proto message) and handed to the event loop
 through an asyncio queue, with a little backpressure. Cancelling the consumer (client
 cancel, deadline, shutdown) closes the generator within one token. With several workers the
-pipeline carries a StepBatcher (model.batching): the workers' model work takes turns, and
+pipeline carries a StepBatcher (xattn.model.batching): the workers' model work takes turns, and
 their cached decoder steps run as one batched forward.
 
-A live stream (service.live) takes one admission slot for its whole duration (`admit_live`);
+A live stream (xattn.service.live) takes one admission slot for its whole duration (`admit_live`);
 its decode steps run on a pool of their own, `live_workers` threads, so a long file on a decode
 worker does not stall a live stream for minutes (the CPU is shared instead).
 """
@@ -26,10 +26,10 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
-from model.decoding import DecodeOptions
-from model.pipeline import Pipeline
-from model.results import TokenEvent, WindowStart
-from model.transcribe import Event
+from xattn.model.decoding import DecodeOptions
+from xattn.model.pipeline import Pipeline
+from xattn.model.results import TokenEvent, WindowStart
+from xattn.model.transcribe import Event
 
 log = logging.getLogger(__name__)
 

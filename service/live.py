@@ -25,12 +25,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from model.audio import MAX_CHANNELS, SAMPLE_RATE, AudioError, AudioTooLongError, pcm_to_audio
-from model.decoding import DecodeOptions, OptionsError
-from model.streaming import LiveOptions, LiveResult, LiveTranscriber
-from service import convert
-from service.engine import Engine, LiveSlot
-from service.rows import RowSpec, row_spec
+from xattn.model.audio import MAX_CHANNELS, SAMPLE_RATE, AudioError, AudioTooLongError, pcm_to_audio
+from xattn.model.decoding import DecodeOptions, OptionsError
+from xattn.model.streaming import LiveOptions, LiveResult, LiveTranscriber
+from xattn.service import convert
+from xattn.service.engine import Engine, LiveSlot
+from xattn.service.rows import RowSpec, row_spec
 from xattn.v1 import transcriber_pb2 as pb
 
 log = logging.getLogger(__name__)

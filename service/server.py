@@ -4,7 +4,7 @@ The port is bound (and reported) before the model loads; health says NOT_SERVING
 model is loaded and warmed up, SERVING after, and NOT_SERVING again once shutdown starts.
 SIGTERM/SIGINT drain in-flight RPCs for up to `grace` seconds (new RPCs: UNAVAILABLE), then
 the process exits 0; a second signal, or the grace running out, cancels the rest at once.
-Optional TLS and bearer-token auth: see service.security.
+Optional TLS and bearer-token auth: see xattn.service.security.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from model.pipeline import Pipeline, load_pipeline
-from service import security
-from service.engine import Engine, Limits
-from service.servicer import TranscriberServicer
-from service.stats import stats_loop
+from xattn.model.pipeline import Pipeline, load_pipeline
+from xattn.service import security
+from xattn.service.engine import Engine, Limits
+from xattn.service.servicer import TranscriberServicer
+from xattn.service.stats import stats_loop
 from xattn.v1 import transcriber_pb2, transcriber_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ class ServerConfig:
     port: int = 50051  # 0: any free port (see port_file)
     model: str = "tiny.en"
     device: str = "cpu"
-    compute: str = "auto"  # one of model.whisper.COMPUTES, or "auto" (pipeline.resolve_compute)
+    compute: str = "auto"  # a key of xattn.model.whisper.COMPUTES, or "auto" (resolve_compute)
     workers: int = 1
     max_queue: int = 8
     max_audio_seconds: float = 1800.0

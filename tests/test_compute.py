@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 import torch
 
-from model.audio import decode_audio
-from model.decoding import DecodeOptions
-from model.logits import MASS_TOKENS, SIGMAS, Int8Logits, int8_supported
-from model.pipeline import Pipeline, _cpu_has_bf16, load_pipeline, resolve_compute
-from model.results import TokenEvent, Transcript
-from service.__main__ import config_from_args, parse_args
-from service.background import BackgroundServer
-from service.server import ServerConfig
+from xattn.model.audio import decode_audio
+from xattn.model.decoding import DecodeOptions
+from xattn.model.logits import MASS_TOKENS, SIGMAS, Int8Logits, int8_supported
+from xattn.model.pipeline import Pipeline, _cpu_has_bf16, load_pipeline, resolve_compute
+from xattn.model.results import TokenEvent, Transcript
+from xattn.service.__main__ import config_from_args, parse_args
+from xattn.service.background import BackgroundServer
+from xattn.service.server import ServerConfig
 from xattn.v1 import transcriber_pb2 as pb
 from xattn.v1 import transcriber_pb2_grpc
 

@@ -37,10 +37,10 @@ from fuzz.fuzz_audio import Decoder, check_output
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from model.audio import AudioError, AudioTooLongError, decode_audio, pcm_to_audio
-from model.pipeline import Pipeline, load_pipeline
-from service.background import BackgroundServer
-from service.server import ServerConfig
+from xattn.model.audio import AudioError, AudioTooLongError, decode_audio, pcm_to_audio
+from xattn.model.pipeline import Pipeline, load_pipeline
+from xattn.service.background import BackgroundServer
+from xattn.service.server import ServerConfig
 from xattn.v1 import transcriber_pb2 as pb
 from xattn.v1 import transcriber_pb2_grpc
 

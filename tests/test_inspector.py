@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from test_clients import ROOT, start_server, stop_server
 
-from clients.cli import main
+from xattn.clients.cli import main
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [
@@ -165,9 +165,9 @@ def test_static_page(
 
 @contextlib.contextmanager
 def serving_cli(args: list[str], columns: int) -> Iterator[tuple[str, queue.Queue[str]]]:
-    """`python -m clients.cli ARGS` that serves the page: (its URL, its output lines)."""
+    """`python -m xattn.clients.cli ARGS` that serves the page: (its URL, its output lines)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "clients.cli", *args],
+        [sys.executable, "-m", "xattn.clients.cli", *args],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -258,8 +258,8 @@ def test_live_results_become_page_events() -> None:
     """A final with a new buffer_offset opens a new window; the same offset widens it."""
     import numpy as np
 
-    from clients.stream_inspect import PageEvents
-    from clients.streaming import LiveResult, LiveToken
+    from xattn.clients.stream_inspect import PageEvents
+    from xattn.clients.streaming import LiveResult, LiveToken
 
     def final(offset: float, heard: float, *texts: str) -> LiveResult:
         row = np.zeros((1, 1500), np.float32)

@@ -1,4 +1,4 @@
-"""The decoder step's CPU products (model.linear): the plain product's numbers, and they apply
+"""The decoder step's CPU products (xattn.model.linear): the plain product's numbers, and they apply
 to every weight that a step of the real model reads."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model.linear import (
+from xattn.model.linear import (
     SPLIT,
     SPLIT_ROWS,
     Linear,
@@ -18,7 +18,7 @@ from model.linear import (
     split_columns,
     split_linear,
 )
-from model.pipeline import load_pipeline
+from xattn.model.pipeline import load_pipeline
 
 
 @cache

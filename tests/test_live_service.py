@@ -23,10 +23,10 @@ import pytest
 from openai_ref import pipeline
 from wording import word_distance, words_of
 
-from model.audio import decode_audio
-from service.background import BackgroundServer
-from service.rows import unpack
-from service.server import ServerConfig
+from xattn.model.audio import decode_audio
+from xattn.service.background import BackgroundServer
+from xattn.service.rows import unpack
+from xattn.service.server import ServerConfig
 from xattn.v1 import transcriber_pb2 as pb
 from xattn.v1 import transcriber_pb2_grpc
 
@@ -207,7 +207,7 @@ def test_admission_and_cancel(stub: Stub, server: BackgroundServer, jfk_pcm: byt
 
 def test_cli_stream_json(server: BackgroundServer, stub: Stub) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "clients.cli", "stream", str(JFK), "--server", server.address]
+        [sys.executable, "-m", "xattn.clients.cli", "stream", str(JFK), "--server", server.address]
         + ["--json", "--speed", "8"],
         cwd=ROOT,
         capture_output=True,

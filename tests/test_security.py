@@ -22,11 +22,11 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from model.pipeline import Pipeline, load_pipeline
-from service.__main__ import config_from_args, parse_args
-from service.background import BackgroundServer
-from service.security import AuthPolicy, SecurityConfigError, read_tokens
-from service.server import ServerConfig
+from xattn.model.pipeline import Pipeline, load_pipeline
+from xattn.service.__main__ import config_from_args, parse_args
+from xattn.service.background import BackgroundServer
+from xattn.service.security import AuthPolicy, SecurityConfigError, read_tokens
+from xattn.service.server import ServerConfig
 from xattn.v1 import transcriber_pb2 as pb
 from xattn.v1 import transcriber_pb2_grpc
 
@@ -152,7 +152,7 @@ def test_plaintext_client_cannot_talk_to_tls(server: BackgroundServer) -> None:
 def test_client_library_with_ca_and_token(
     server: BackgroundServer, tls_files: tuple[Path, Path]
 ) -> None:
-    from clients.api import ServerError, connect
+    from xattn.clients.api import ServerError, connect
 
     address = f"localhost:{server.server.port}"
     with connect(address, ca_file=tls_files[0], token=TOKEN, timeout=10) as client:
@@ -231,7 +231,7 @@ def test_tls_and_token_against_a_server_process(
     jfk_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """`python -m service` with the cert by flag and the token file by environment (as the
+    """`python -m xattn.service` with the cert by flag and the token file by environment (as the
     compose override does), the `xattn` CLI with --ca/--token, SIGTERM: exit 0, no secrets
     and no transcript in the server's log."""
     import json

@@ -24,12 +24,12 @@ import pytest
 import soundfile as sf
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from model.audio import decode_audio
-from model.pipeline import Pipeline, load_pipeline
-from service.background import BackgroundServer
-from service.engine import Counters, Engine
-from service.rows import unpack
-from service.server import ServerConfig
+from xattn.model.audio import decode_audio
+from xattn.model.pipeline import Pipeline, load_pipeline
+from xattn.service.background import BackgroundServer
+from xattn.service.engine import Counters, Engine
+from xattn.service.rows import unpack
+from xattn.service.server import ServerConfig
 from xattn.v1 import transcriber_pb2 as pb
 from xattn.v1 import transcriber_pb2_grpc
 

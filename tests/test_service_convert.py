@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from model.audio import AudioError, AudioTooLongError
-from model.decoding import DEFAULT_TEMPERATURES, OptionsError
-from model.dims import ModelDims
-from model.results import TokenEvent, Transcript, WindowDiscarded, WindowStart
-from service import convert
-from service.rows import RowSpec, row_spec, unpack
+from xattn.model.audio import AudioError, AudioTooLongError
+from xattn.model.decoding import DEFAULT_TEMPERATURES, OptionsError
+from xattn.model.dims import ModelDims
+from xattn.model.results import TokenEvent, Transcript, WindowDiscarded, WindowStart
+from xattn.service import convert
+from xattn.service.rows import RowSpec, row_spec, unpack
 from xattn.v1 import transcriber_pb2 as pb
 
 DIMS = ModelDims(80, 1500, 384, 6, 4, 51864, 448, 384, 6, 4)

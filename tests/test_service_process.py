@@ -1,4 +1,4 @@
-"""`python -m service` as a real process: port file, health, reflection (grpcurl), SIGTERM.
+"""`python -m xattn.service` as a real process: port file, health, reflection (grpcurl), SIGTERM.
 
 Health goes NOT_SERVING -> SERVING as the model loads; on SIGTERM it turns NOT_SERVING,
 the in-flight stream is drained to its `done`, and the process exits 0.
@@ -43,7 +43,7 @@ def grpcurl_binary() -> str | None:
 @pytest.fixture()
 def process(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
     port_file = tmp_path / "port"
-    command = [sys.executable, "-m", "service", "--port", "0", "--port-file", str(port_file)]
+    command = [sys.executable, "-m", "xattn.service", "--port", "0", "--port-file", str(port_file)]
     proc = subprocess.Popen(
         [*command, "--workers", "1", "--grace", "30"],
         cwd=ROOT,

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from clients.data import (
+from xattn.clients.data import (
     Event,
     Finished,
     Head,

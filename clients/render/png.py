@@ -22,9 +22,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from clients.assemble import alignment_mean, mean_rows  # noqa: E402
-from clients.data import FRAMES_PER_SECOND, Result, Window  # noqa: E402
-from clients.render.terminal import visible_frames  # noqa: E402
+from xattn.clients.assemble import alignment_mean, mean_rows  # noqa: E402
+from xattn.clients.data import FRAMES_PER_SECOND, Result, Window  # noqa: E402
+from xattn.clients.render.terminal import visible_frames  # noqa: E402
 
 log = logging.getLogger(__name__)
 

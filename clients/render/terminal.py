@@ -15,8 +15,8 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
-from clients.assemble import alignment_mean, mean_rows
-from clients.data import (
+from xattn.clients.assemble import alignment_mean, mean_rows
+from xattn.clients.data import (
     FRAMES,
     FRAMES_PER_SECOND,
     Event,
