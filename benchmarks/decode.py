@@ -30,13 +30,13 @@ import os
 import statistics
 import time
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from benchmarks.results import matmul_gflops, memory_gbps
 from xattn.model.audio import N_FRAMES, decode_audio, log_mel_spectrogram, pad_or_trim
 from xattn.model.checkpoints import _package_dir, load_checkpoint, to_openai_state_dict
 from xattn.model.decoding import DecodeOptions
@@ -142,24 +142,7 @@ def decoder_token_bytes(d: ModelDims) -> dict[str, float]:
 # --- 1. matmul ceiling ------------------------------------------------------------------------
 
 
-def matmul_gflops(repeats: int) -> dict[str, float]:
-    """Best-of-N GFLOP/s of the encoder's MLP shape and of a square 2048 matmul."""
-    shapes = {"1500x384 @ 384x1536": (1500, 384, 1536), "2048 square": (2048, 2048, 2048)}
-    out = {}
-    for dtype, label in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
-        for name, (m, k, n) in shapes.items():
-            a = torch.randn(m, k).to(dtype)
-            b = torch.randn(k, n).to(dtype)
-            best = min(round_robin({"mm": partial(torch.matmul, a, b)}, max(repeats, 3))["mm"])
-            out[f"{label} {name}"] = 2 * m * k * n / best / 1e9
-    return out
-
-
-def memory_gbps(repeats: int) -> float:
-    """Best-of-N read bandwidth: the sum of a 256 MiB fp32 tensor."""
-    x = torch.ones(64 * 1024 * 1024)
-    best = min(round_robin({"sum": x.sum}, max(repeats, 3))["sum"])
-    return x.numel() * 4 / best / 1e9
+# matmul_gflops and memory_gbps live in benchmarks.results (every benchmark's ceilings).
 
 
 # --- 2. encoder -------------------------------------------------------------------------------
