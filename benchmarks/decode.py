@@ -36,6 +36,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from benchmarks import results
 from benchmarks.results import matmul_gflops, memory_gbps
 from xattn.model.audio import N_FRAMES, decode_audio, log_mel_spectrogram, pad_or_trim
 from xattn.model.checkpoints import _package_dir, load_checkpoint, to_openai_state_dict
@@ -354,6 +355,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=THREADS, help="torch threads (2)")
     parser.add_argument("--profile", action="store_true", help="also profile one transcribe")
     parser.add_argument("--compute", default="auto", help="the fast path beside fp32 (auto)")
+    results.add_arguments(parser)
     args = parser.parse_args(argv)
     repeats = 2 if args.quick else args.repeats
     torch.set_num_threads(args.threads)
@@ -369,6 +371,7 @@ def main(argv: list[str] | None = None) -> None:
         f", torch {torch.__version__}, {torch.get_num_threads()} threads, median of {repeats}"
     )
     print(f"machine: {contention(args.threads)}")
+    figures: dict[str, object] = {"machine before": contention(args.threads)}
 
     # 1. matmul ceiling
     mm = matmul_gflops(repeats)
@@ -378,6 +381,8 @@ def main(argv: list[str] | None = None) -> None:
     for k, v in mm.items():
         print(f"   {k:<42} {v:8.1f}")
     print(f"   memory read bandwidth (sum of 256 MiB)     {gbps:8.1f} GB/s")
+    figures["matmul GFLOP/s (best of N)"] = {k: round(v, 1) for k, v in mm.items()}
+    ceilings = results.Ceilings(torch.get_num_threads(), round(ceiling, 1), round(gbps, 2), mm)
 
     # 2. encoder
     mel = pad_or_trim(log_mel_spectrogram(audio, dims.n_mels), N_FRAMES)  # [n_mels, 3000]
@@ -394,6 +399,20 @@ def main(argv: list[str] | None = None) -> None:
     )
     enc_fast = encoder_seconds(fast, mel, repeats)
     bf16 = max(v for k, v in mm.items() if k.startswith("bf16"))
+    top = ("bf16", bf16) if "bf16" in fast.compute else ("fp32", ceiling)
+    figures["encoder, one 30 s window"] = [
+        {
+            "compute": name,
+            "GFLOP": round(total / 1e9, 2),
+            "ms": round(t * 1e3, 1),
+            "GFLOP/s": round(total / t / 1e9, 1),
+            "of the matmul ceiling": f"{total / t / 1e9 / limit:.0%} of {dtype}",
+        }
+        for name, t, (dtype, limit) in (
+            ("fp32", enc, ("fp32", ceiling)),
+            (fast.compute, enc_fast, top),
+        )
+    ]
     if "bf16" in fast.compute:
         print(
             f"   {fast.compute}: {enc_fast * 1e3:.1f} ms = {total / enc_fast / 1e9:.1f} GFLOP/s"
@@ -409,6 +428,7 @@ def main(argv: list[str] | None = None) -> None:
     opts = DecodeOptions(temperatures=(0.0,))
     events = pipe.transcribe(audio, opts)
     spoken = [e.id for e in events if isinstance(e, TokenEvent) and e.id != pipe.tokenizer.eot]
+    steps = figures["decoder ms/token (teacher-forced, logits of the last row)"] = []
     for n in DECODE_LENGTHS:
         tokens = fixed_tokens(pipe, spoken, n)
         runs = {
@@ -425,6 +445,8 @@ def main(argv: list[str] | None = None) -> None:
             ms = median(ts) / runs[cache, scores, logits][1] * 1e3
             c, s = "yes" if cache else "no", "yes" if scores else "no"
             print(f"   {n:>6} {c:>6} {s:>7} {logits:>7} {ms:9.2f}")
+            row = {"tokens": n, "cache": c, "scores": s, "logits": logits}
+            steps.append({**row, "ms/token": round(ms, 2)})
     floor = sum(decoder_token_flops(dims, p) for p in range(20)) / 20
     print(
         f"   compute per cached token ≈ {floor / 1e6:.0f} MFLOP (of which logits "
@@ -439,6 +461,14 @@ def main(argv: list[str] | None = None) -> None:
         f"{nbytes / gbps / 1e6:.2f} ms at the measured bandwidth"
     )
     int8_bytes = nbytes - traffic["output projection"] * 3 / 4
+    figures["bounds of a cached step"] = {
+        "MFLOP per token": round(floor / 1e6),
+        "ms at the matmul ceiling": round(floor / ceiling / 1e6, 2),
+        "MB per token": round(nbytes / 1e6),
+        "ms at the measured bandwidth": round(nbytes / gbps / 1e6, 2),
+        "MB per token, int8 logits": round(int8_bytes / 1e6),
+        "ms at the measured bandwidth, int8 logits": round(int8_bytes / gbps / 1e6, 2),
+    }
     print(
         f"   with int8 logits ≈ {int8_bytes / 1e6:.0f} MB = {int8_bytes / gbps / 1e6:.2f} ms "
         "at the measured bandwidth (rescored rows not counted)"
@@ -462,9 +492,35 @@ def main(argv: list[str] | None = None) -> None:
             print(f"   {impl:<38} {r:8.3f}x  ({r - 1:+.1%})")
     r = secs["ours +attention rows"] / base
     print(f"   ours, per-token attention rows: {r:.3f}x ({r - 1:+.1%})")
+    figures["end to end: file bytes -> text"] = [
+        {
+            "case": name,
+            "seconds": round(s, 3),
+            "vs ours": round(s / base, 2),
+            "same text as ours": texts[name].strip() == texts["ours"].strip(),
+        }
+        for name, s in secs.items()
+    ]
+    figures["word-timestamp cost (with / plain)"] = {
+        impl: round(secs[f"{impl} +word_timestamps"] / secs[impl], 3)
+        for impl in ("ours", "openai-whisper", "faster-whisper fp32", "faster-whisper int8")
+        if impl in secs
+    }
+    figures["attention rows cost (with / plain)"] = round(r, 3)
+    figures["text"] = texts["ours"].strip()
     print(f"\ntext: {texts['ours'].strip()}")
     print(f"machine: {contention(args.threads)}")
     print(f"total benchmark time {time.perf_counter() - t_start:.0f} s")
+    figures["machine after"] = contention(args.threads)
+    settings = {
+        "model": args.model,
+        "clip": args.clip.name,
+        "audio seconds": round(len(audio) / 16000, 2),
+        "threads": args.threads,
+        "repeats": repeats,
+        "compute": fast.compute,
+    }
+    results.write_from(args, "decode", settings, figures, ceilings)
 
     if args.profile:
         profile_all(pipe, audio, features, fixed_tokens(pipe, spoken, DECODE_LENGTHS[0]))

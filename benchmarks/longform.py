@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
+from benchmarks import results as results_json
 from benchmarks.decode import contention, ct2_dir, median, round_robin
 from xattn.model.audio import SAMPLE_RATE, decode_audio
 from xattn.model.decoding import DecodeOptions
@@ -128,7 +129,7 @@ def recorded(
 
 def rtf_section(
     pipe: Pipeline, audio: np.ndarray, model_name: str, threads: int, repeats: int
-) -> None:
+) -> list[dict[str, object]]:
     seconds = len(audio) / SAMPLE_RATE
     impls: dict[str, Callable[[np.ndarray], Result]] = {"ours +attention rows": partial(ours, pipe)}
     path = ct2_dir(model_name)
@@ -151,6 +152,7 @@ def rtf_section(
         f"{'windows':>7} {'tokens':>7} {'ms/token':>8}  words shared with ours"
     )
     base = results["ours +attention rows"].text
+    rows: list[dict[str, object]] = []
     for name, s in secs.items():
         r = results[name]
         ratios = "".join(f" {s / secs[o]:8.2f}x" for o in others)
@@ -159,15 +161,24 @@ def rtf_section(
             f"   {name:<22} {s:8.2f} {s / seconds:7.4f} {seconds / s:10.1f}x{ratios} "
             f"{r.windows:7d} {r.tokens:7d} {s / max(r.tokens, 1) * 1e3:8.2f}  {shared}"
         )
+        row = {"case": name, "seconds": round(s, 2), "RTF": round(s / seconds, 4)}
+        row |= {f"vs {o.removeprefix('faster-whisper ')}": round(s / secs[o], 2) for o in others}
+        row |= {"windows": r.windows, "tokens": r.tokens}
+        rows.append(
+            row | {"ms/token": round(s / max(r.tokens, 1) * 1e3, 2), "words shared": shared}
+        )
     print(f"   words: {', '.join(f'{n} {len(words(r.text))}' for n, r in results.items())}")
     print(f"   ours, last 200 characters: ...{base.strip()[-200:]}")
+    return rows
 
 
-def growth_section(pipe: Pipeline, audio: np.ndarray, sizes: list[int], repeats: int) -> None:
+def growth_section(
+    pipe: Pipeline, audio: np.ndarray, sizes: list[int], repeats: int
+) -> list[dict[str, object]]:
     fits = [n for n in sizes if n * WINDOW_SECONDS * SAMPLE_RATE <= len(audio)]
     if not fits:
         print(f"\n2. growth: skipped (the audio is shorter than {sizes[0]} windows)")
-        return
+        return []
     results: dict[int, Result] = {}
     run = partial(ours, pipe)
     cases = {n: recorded(run, audio[: n * WINDOW_SECONDS * SAMPLE_RATE], results, n) for n in fits}
@@ -178,6 +189,7 @@ def growth_section(pipe: Pipeline, audio: np.ndarray, sizes: list[int], repeats:
         f"{'s/window':>9} {'ms/token':>9} {'per window vs 1st':>18} {'per token vs 1st':>17}"
     )
     first_w = first_t = 0.0
+    rows: list[dict[str, object]] = []
     for n in fits:
         s, r = median(times[n]), results[n]
         per_w, per_t = s / max(r.windows, 1), s / max(r.tokens, 1) * 1e3
@@ -187,9 +199,22 @@ def growth_section(pipe: Pipeline, audio: np.ndarray, sizes: list[int], repeats:
             f"{s / (n * WINDOW_SECONDS):7.4f} {per_w:9.3f} {per_t:9.2f} "
             f"{per_w / first_w:17.2f}x {per_t / first_t:16.2f}x"
         )
+        rows.append(
+            {
+                "input s": n * WINDOW_SECONDS,
+                "windows": r.windows,
+                "tokens": r.tokens,
+                "seconds": round(s, 2),
+                "s/window": round(per_w, 3),
+                "ms/token": round(per_t, 2),
+                "per window vs 1st": round(per_w / first_w, 2),
+                "per token vs 1st": round(per_t / first_t, 2),
+            }
+        )
     if len(fits) < len(sizes):
         left = [n for n in sizes if n not in fits]
         print(f"   (left out: {left} windows, longer than the audio)")
+    return rows
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -201,6 +226,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per case (median)")
     parser.add_argument("--windows", help="growth sizes, comma-separated (1,5,20; 1,2,5 --quick)")
     parser.add_argument("--quick", action="store_true", help="1 repeat, 3 min, 1/2/5 windows")
+    results_json.add_arguments(parser)
     args = parser.parse_args(argv)
     repeats = 1 if args.quick else args.repeats
     minutes = args.minutes or (3.0 if args.quick else 10.0)
@@ -216,11 +242,28 @@ def main(argv: list[str] | None = None) -> None:
         f"median of {repeats}"
     )
     print(f"audio: {how}")
-    print(f"machine: {contention(args.threads)}")
-    rtf_section(pipe, audio, args.model, args.threads, repeats)
-    growth_section(pipe, audio, sizes, repeats)
-    print(f"\nmachine: {contention(args.threads)}")
+    before = contention(args.threads)
+    print(f"machine: {before}")
+    rtf = rtf_section(pipe, audio, args.model, args.threads, repeats)
+    growth = growth_section(pipe, audio, sizes, repeats)
+    after = contention(args.threads)
+    print(f"\nmachine: {after}")
     print(f"total benchmark time {time.perf_counter() - t_start:.0f} s")
+    settings = {
+        "model": args.model,
+        "compute": pipe.compute,
+        "threads": args.threads,
+        "repeats": repeats,
+        "audio": how,
+        "audio seconds": round(len(audio) / SAMPLE_RATE, 1),
+    }
+    figures = {
+        "machine before": before,
+        f"real-time factor on {len(audio) / SAMPLE_RATE:.0f} s": rtf,
+        "growth: ours +attention rows on the first N x 30 s": growth,
+        "machine after": after,
+    }
+    results_json.write_from(args, "longform", settings, figures)
 
 
 if __name__ == "__main__":

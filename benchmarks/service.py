@@ -25,6 +25,7 @@ from pathlib import Path
 
 import grpc
 
+from benchmarks import results
 from benchmarks.decode import encoder_seconds
 from benchmarks.grpc_load import streamed
 from xattn.model.audio import N_FRAMES, decode_audio, log_mel_spectrogram, pad_or_trim
@@ -69,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5, help="runs per side for the ratio")
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 4, 8, 16])
     parser.add_argument("--requests", type=int, default=2, help="requests per stream per level")
+    results.add_arguments(parser)
     args = parser.parse_args(argv)
 
     data = args.clip.read_bytes()
@@ -119,6 +121,43 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['p99']:>10.2f}{r['ttft']:>10.2f}{r['rss'][0]:>10.0f}{r['rss'][1]:>10.0f}"
         )
     print(f"engine: {counters}")
+    settings = {
+        "model": pipe.name,
+        "compute": pipe.compute,
+        "clip": args.clip.name,
+        "audio seconds": round(seconds, 1),
+        "workers": args.workers,
+        "repeats": args.repeats,
+        "requests per stream": args.requests,
+    }
+    figures = {
+        "gRPC overhead (median of the runs)": {
+            "in-process transcribe s": round(base, 3),
+            "gRPC StreamTranscribe f16 s": round(grpc_s, 3),
+            "ratio": round(grpc_s / base, 3),
+        },
+        "encoder-bound limit": {
+            "encoder ms per window": round(encoder * 1e3),
+            "windows per request": windows,
+            "req/s": round(limit, 2),
+        },
+        "load": [
+            {
+                "streams": r["streams"],
+                "requests": r["requests"],
+                "req/s": round(r["rps"], 2),
+                "of limit": f"{r['rps'] / limit:.0%}",
+                "audio s/s": round(r["rps"] * seconds, 1),
+                "p50 s": round(r["p50"], 2),
+                "p99 s": round(r["p99"], 2),
+                "ttft s": round(r["ttft"], 2),
+                "RSS MB": round(r["rss"][0]),
+                "peak MB": round(r["rss"][1]),
+            }
+            for r in rows
+        ],
+    }
+    results.write_from(args, "service", settings, figures)
     return 0
 
 

@@ -35,6 +35,7 @@ import soundfile as sf
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import results  # noqa: E402
 from xattn.v1 import transcriber_pb2 as pb  # noqa: E402
 from xattn.v1 import transcriber_pb2_grpc  # noqa: E402
 
@@ -254,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--audio", default=str(ROOT.parent / "shared" / "audio"))
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--report", help="also write the report (JSON) to this file")
+    results.add_arguments(parser)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="xattn-soak-") as tmp:
         proc = None
@@ -276,7 +278,36 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if args.report:
         Path(args.report).write_text(text + "\n")
+    settings = {
+        "seconds": args.seconds,
+        "concurrency": args.concurrency,
+        "server": args.server or "started here",
+        "workers": args.workers,
+        "max queue": args.max_queue,
+        "server threads": args.threads,
+        "seed": args.seed,
+    }
+    results.write_from(args, "soak", settings, soak_figures(report))
     return 0
+
+
+def soak_figures(report: dict) -> dict[str, object]:
+    """The report as results figures: tables for the counts, latencies and memory."""
+    totals = ("seconds", "requests", "throughput_rps", "ok_rps")
+    server = ("server_exit_code", "server_log_tracebacks", "server_counters")
+    figures: dict[str, object] = {
+        "traffic": {k.replace("_", " "): report[k] for k in totals},
+        "by status": report["by_status"],
+        "by kind": report["by_kind"],
+        "latency of OK calls (s)": report["latency_ok_s"],
+    }
+    if "rss_mb" in report:
+        figures["server RSS (MB)"] = report["rss_mb"]
+        figures["server threads"] = report["threads"]
+        figures["RSS timeline [s, MB, threads]"] = report["rss_timeline"]
+    figures["server"] = {k.replace("_", " "): report[k] for k in server if k in report}
+    figures["server log errors"] = report.get("server_log_errors", [])
+    return figures
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ import grpc
 import torch
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from benchmarks import results
 from benchmarks.decode import contention, median, round_robin
 from xattn.model.pipeline import load_pipeline
 from xattn.model.whisper import COMPUTES
@@ -174,6 +175,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default="tiny.en", help="the server's --model")
     parser.add_argument("--compute", default="auto", choices=(*COMPUTES, "auto"))
     parser.add_argument("--threads", type=int, help="OMP_NUM_THREADS (default: not set)")
+    results.add_arguments(parser)
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -185,7 +187,8 @@ def main(argv: list[str] | None = None) -> None:
         f"{torch.__version__}, {threads} threads, median of {args.repeats}, polls every "
         f"{POLL * 1e3:.0f} ms"
     )
-    print(f"machine: {contention(threads)}")
+    before = contention(threads)
+    print(f"machine: {before}")
 
     records = Records()
     cases = {
@@ -222,8 +225,44 @@ def main(argv: list[str] | None = None) -> None:
     stops = median([x.stop for x in launches])
     codes = sorted({x.exit_code for x in launches})
     print(f"   SIGTERM -> exit {stops:.3f} s (median), exit codes {codes}")
-    print(f"\nmachine: {contention(threads)}")
+    after = contention(threads)
+    print(f"\nmachine: {after}")
     print(f"total benchmark time {time.perf_counter() - t_start:.0f} s")
+
+    def r3(x: float | None) -> float | None:
+        return None if x is None else round(x, 3)
+
+    settings = {
+        "model": args.model,
+        "compute": records.compute,
+        "threads": args.threads,
+        "repeats": args.repeats,
+        "poll s": POLL,
+    }
+    figures = {
+        "machine before": before,
+        "separate processes, start to exit (s)": {
+            name: r3(median(times[name]))
+            for name in ("python -c pass", "import torch", "import xattn.service.__main__")
+        },
+        "in this process, imports done (s)": {
+            "load_pipeline": r3(median(records.load)),
+            "Pipeline.warm_up": r3(median(records.warm_up)),
+        },
+        "python -m xattn.service, launch to health SERVING (s)": {
+            "launch -> listening": r3(listening),
+            "load_pipeline": r3(load),
+            "warm-up": r3(warm),
+            "the rest": r3(rest),
+            "launch -> SERVING": r3(serving),
+            f"under {TARGET:g} s": serving < TARGET,
+            "each launch": [r3(x.serving) for x in launches],
+            "SIGTERM -> exit": r3(stops),
+            "exit codes": codes,
+        },
+        "machine after": after,
+    }
+    results.write_from(args, "startup", settings, figures)
 
 
 if __name__ == "__main__":

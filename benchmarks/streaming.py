@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks import results
 from xattn.clients.api import connect
 from xattn.clients.streaming import LiveDone, LiveResult, live_config, read_pcm16, stream_pcm
 from xattn.model.pipeline import load_pipeline
@@ -94,7 +95,10 @@ def one_stream(
     return Run(delays, len(delays), len(ref), done, first_interim)
 
 
-def summary(label: str, runs: list[Run], audio_seconds: float, cpu: float, wall: float) -> None:
+def summary(
+    label: str, runs: list[Run], audio_seconds: float, cpu: float, wall: float
+) -> dict[str, object]:
+    """Prints one level's figures and returns them (a row of the results file)."""
     delays = [d for r in runs for d in r.delays]
     steps = sum(r.done.decode_steps for r in runs)
     encode = sum(r.done.encode_seconds for r in runs)
@@ -122,9 +126,22 @@ def summary(label: str, runs: list[Run], audio_seconds: float, cpu: float, wall:
     )
     for r in runs[:1]:
         print(f"text: {r.done.text!r}")
+    return {
+        "streams": len(runs),
+        "commit delay median s": round(median, 2),
+        "p90 s": round(p90, 2),
+        "max s": round(max(delays), 2),
+        "matched words": f"{matched}/{ref}",
+        "first interim s": round(statistics.median(first), 2) if first else None,
+        "CPU s per audio s": round(cpu / total_audio, 3),
+        "step wall s per audio s": round(compute / total_audio, 3),
+        "decode steps per audio s": round(steps / total_audio, 2),
+        "encoder ms/step": round(encode / steps * 1000),
+        "step ms": round(compute / steps * 1000),
+    }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clip", type=Path, default=DEFAULT_CLIP)
     parser.add_argument("--repeat", type=int, default=2, help="clip repeats, 1 s apart")
@@ -133,7 +150,8 @@ def main() -> None:
     parser.add_argument("--live-workers", type=int, default=ServerConfig.live_workers)
     parser.add_argument("--commit-margin", type=float, default=None)
     parser.add_argument("--compute", default="auto", help="fp32, bf16-encoder or auto")
-    args = parser.parse_args()
+    results.add_arguments(parser)
+    args = parser.parse_args(argv)
 
     clip = read_pcm16(args.clip)
     gap = bytes(2 * RATE)
@@ -146,6 +164,7 @@ def main() -> None:
         f"{args.speed:g}x, {os.cpu_count()} CPUs, torch threads {pipe_threads()}, load average "
         f"{os.getloadavg()[0]:.2f}"
     )
+    levels = []
     with BackgroundServer(config, pipe) as server:
         ref = reference_words(server.address, pcm)
         for n in sorted({1, args.streams}):
@@ -159,8 +178,21 @@ def main() -> None:
                 ]
                 runs = [f.result() for f in futures]
             cpu, wall = time.process_time() - cpu0, time.perf_counter() - t0
-            summary(f"{n} live stream(s)", runs, audio_seconds, cpu, wall)
+            levels.append(summary(f"{n} live stream(s)", runs, audio_seconds, cpu, wall))
         print(f"engine: {server.engine.counters()}")
+    settings = {
+        "model": "tiny.en",
+        "compute": pipe.compute,
+        "clip": args.clip.name,
+        "repeat": args.repeat,
+        "audio seconds": round(audio_seconds, 1),
+        "speed": args.speed,
+        "live workers": args.live_workers,
+        "commit margin": args.commit_margin,
+        "torch threads": pipe_threads(),
+    }
+    figures = {"live streams at real-time pace": levels, "text": runs[0].done.text}
+    results.write_from(args, "streaming", settings, figures)
 
 
 def pipe_threads() -> int:
