@@ -1,9 +1,15 @@
 """`xattn stream AUDIO [--speed X] [--json | --inspect]`: live recognition of a file fed at
-real-time pace.
+real-time pace; `xattn stream - [--rate R --channels C --format s16le|f32le]`: of raw PCM
+read from standard input as it comes (arecord, sox, parec, ffmpeg ... | xattn stream -).
+`xattn listen` (clients/listen.py) and the page's bridge (clients/bridge.py) feed the same
+path, `run_chunks` / `streaming.stream_chunks`.
 
-The terminal shows the final text, the interim guess after it (grey, replaced as it
-changes) and the heatmap of the finals' rows growing, one line per final token (a new
-heatmap each time the server's buffer slides). `--json` prints the finished stream on
+The stream of a pipe ends at the end of its input; Ctrl-C ends it cleanly (the audio so far
+is decoded, every final shown), a second Ctrl-C at once.
+
+The terminal shows the final text, the interim guess after it (grey, replaced as it changes)
+and the heatmap of the finals' rows growing, one line per final token (a new heatmap each
+time the server's buffer slides). `--json` prints the finished stream on
 stdout as `xattn transcribe --json` does; `--inspect [--port N] [--open]` serves the
 inspection page following the stream instead (clients/stream_inspect.py).
 """
@@ -11,25 +17,33 @@ inspection page following the stream instead (clients/stream_inspect.py).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
+import threading
 import time
+from collections.abc import Callable, Iterable, Iterator
 
 from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.live import Live
 from rich.text import Text
 
-from xattn.clients.api import connect
+from xattn.clients.api import AudioFileError, Client, connect
 from xattn.clients.data import FRAMES, FRAMES_PER_SECOND, ModelInfo, Token, Window
+from xattn.clients.pcm import SAMPLES, PcmFormat, PcmQueue, read_pipe
 from xattn.clients.render.terminal import heatmap
 from xattn.clients.streaming import (
     LiveDone,
+    LiveEvent,
     LiveResult,
     live_config,
     read_pcm16,
     result_dict,
+    stream_chunks,
     stream_pcm,
 )
+from xattn.v1 import transcriber_pb2 as pb
 
 
 def positive(value: str) -> float:
@@ -55,18 +69,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--port", type=int, default=0, help="port for --inspect (0: a free one)")
     parser.add_argument("--open", action="store_true", help="open the --inspect page in a browser")
+    raw = parser.add_argument_group("raw PCM on standard input (AUDIO is -)")
+    raw.add_argument("--rate", type=int, default=16000, help="samples per second (default 16000)")
+    raw.add_argument("--channels", type=int, default=1, help="interleaved channels (default 1)")
+    raw.add_argument(
+        "--format", choices=sorted(SAMPLES), default="s16le", help="sample format (default s16le)"
+    )
 
 
 class StreamView:
     """What `xattn stream` shows while the stream runs; feed it events with `update`."""
 
-    def __init__(self, info: ModelInfo, source: str, duration: float, speed: float) -> None:
+    def __init__(
+        self,
+        info: ModelInfo,
+        source: str,
+        duration: float | None,
+        speed: float = 1.0,
+        heard: Callable[[], float] | None = None,
+    ) -> None:
+        """`duration` None: a live source (a pipe, a microphone), `heard()` its seconds sent."""
         self.info, self.source, self.duration, self.speed = info, source, duration, speed
+        self.heard = heard
         self.finals: list[LiveResult] = []
         self.interim: LiveResult | None = None
         self.windows: list[Window] = []
         self.done: LiveDone | None = None
         self.started = time.monotonic()
+
+    @classmethod
+    def of(
+        cls,
+        source: str,
+        duration: float | None,
+        speed: float = 1.0,
+        heard: Callable[[], float] | None = None,
+    ) -> Callable[[ModelInfo], StreamView]:
+        """A view, once the model's info is known."""
+        return lambda info: cls(info, source, duration, speed, heard)
 
     def update(self, event: LiveResult | LiveDone) -> None:
         if isinstance(event, LiveDone):
@@ -98,7 +138,10 @@ class StreamView:
             )
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        if self.done is None:
+        if self.done is None and self.duration is None:
+            heard = self.heard() if self.heard else time.monotonic() - self.started
+            status = f"{self.info.name} · listening to {self.source} · {heard:.1f} s sent"
+        elif self.done is None:
             heard = (time.monotonic() - self.started) * self.speed
             status = (
                 f"{self.info.name} · streaming {self.source} at {self.speed:g}x · "
@@ -123,24 +166,87 @@ class StreamView:
 
 
 def run(args: argparse.Namespace, console: Console, err: Console) -> int:
-    """Stream `args.audio` to `args.server`; raises xattn.clients.api's errors (cli maps them)."""
+    """Stream `args.audio` (a file, or - for raw PCM on stdin) to `args.server`; raises
+    xattn.clients.api's errors (cli maps them)."""
+    if args.audio == "-":
+        if sys.stdin.isatty():
+            raise AudioFileError(
+                "standard input is a terminal: pipe raw PCM into `xattn stream -`, e.g. "
+                "`arecord -q -f S16_LE -r 16000 -c 1 -t raw | xattn stream -`"
+            )
+        chunks = PcmQueue(PcmFormat(args.rate, args.channels, args.format))
+        read_pipe(sys.stdin.buffer.fileno(), chunks)
+        return run_chunks(args, console, chunks, "stdin", chunks.stop, chunks.sent_seconds)
     pcm = read_pcm16(args.audio)
     duration = len(pcm) / 2 / 16000
+
+    def events(client: Client, config: pb.StreamingRecognitionConfig) -> Iterator[LiveEvent]:
+        return stream_pcm(client, pcm, speed=args.speed, config=config, token=args.token)
+
+    view = StreamView.of(args.audio, duration, args.speed)
+    return show(args, console, events, view)
+
+
+def run_chunks(
+    args: argparse.Namespace,
+    console: Console,
+    chunks: Iterable[bytes],
+    source: str,
+    stop: threading.Event,
+    heard: Callable[[], float],
+) -> int:
+    """The live path of a pipe and a microphone: `chunks` (16 kHz mono int16) until they end
+    or Ctrl-C sets `stop`; then the finals, as for a file."""
+
+    def events(client: Client, config: pb.StreamingRecognitionConfig) -> Iterator[LiveEvent]:
+        return stream_chunks(client, chunks, config=config, token=args.token)
+
+    with interrupt_sets(stop):
+        return show(args, console, events, StreamView.of(source, None, 1.0, heard))
+
+
+@contextlib.contextmanager
+def interrupt_sets(stop: threading.Event) -> Iterator[None]:
+    """The first Ctrl-C sets `stop` (the stream ends cleanly); the next one interrupts."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def first(signum: int, frame: object) -> None:
+        stop.set()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    previous = signal.signal(signal.SIGINT, first)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+Events = Callable[[Client, pb.StreamingRecognitionConfig], Iterator[LiveEvent]]
+
+
+def show(
+    args: argparse.Namespace,
+    console: Console,
+    events: Events,
+    view_of: Callable[[ModelInfo], StreamView],
+) -> int:
+    """Run the stream `events` makes, showing the live view (or, --json, the result after)."""
     token = args.token  # cli.main resolved --token-file into it
     with connect(args.server, ca_file=args.ca, timeout=args.timeout, token=token) as client:
         info = client.info()
         config = live_config(
             language=args.language, interim=not args.json, commit_margin=args.commit_margin
         )
-        events = stream_pcm(client, pcm, speed=args.speed, config=config, token=token)
         finals: list[LiveResult] = []
         done: LiveDone | None = None
-        view = None if args.json else StreamView(info, args.audio, duration, args.speed)
+        view = None if args.json else view_of(info)
         live = Live(view, console=console, refresh_per_second=10) if view else None
         if live is not None:
             live.start()
         try:
-            for event in events:
+            for event in events(client, config):
                 if view is not None:
                     view.update(event)
                 if isinstance(event, LiveDone):
@@ -150,7 +256,7 @@ def run(args: argparse.Namespace, console: Console, err: Console) -> int:
         finally:
             if live is not None:
                 live.stop()
-    if done is None:  # stream_pcm raises first; kept for the type checker
+    if done is None:  # stream_chunks raises first; kept for the type checker
         raise RuntimeError("the stream ended without `done`")
     if args.json:
         result = result_dict(finals, done, info.name)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,29 +122,21 @@ def _s16(frame: av.AudioFrame) -> bytes:
 
 
 class _Pacer:
-    """The requests: the config, then the audio in chunks at `speed` times real time."""
+    """A file's audio in chunks at `speed` times real time (from the first chunk asked)."""
 
-    def __init__(self, config: pb.StreamingRecognitionConfig, pcm: bytes, speed: float) -> None:
-        self.config, self.pcm, self.speed = config, pcm, speed
-        self.sent = 0  # bytes
-        self.start = time.monotonic()
+    def __init__(self, pcm: bytes, speed: float) -> None:
+        self.pcm, self.speed = pcm, speed
         self.stop = threading.Event()
 
-    def __iter__(self) -> Iterator[pb.StreamingRecognizeRequest]:
-        self.start = time.monotonic()
-        yield pb.StreamingRecognizeRequest(config=self.config)
+    def __iter__(self) -> Iterator[bytes]:
+        start = time.monotonic()
         step = int(CHUNK_SECONDS * RATE) * 2
         for at in range(0, len(self.pcm), step):
             chunk = self.pcm[at : at + step]
-            due = self.start + (at + len(chunk)) / BYTES_PER_SECOND / self.speed
+            due = start + (at + len(chunk)) / BYTES_PER_SECOND / self.speed
             if self.stop.wait(max(0.0, due - time.monotonic())):
                 return
-            self.sent = at + len(chunk)
-            yield pb.StreamingRecognizeRequest(audio_content=chunk)
-
-    @property
-    def sent_seconds(self) -> float:
-        return self.sent / BYTES_PER_SECOND
+            yield chunk
 
 
 def live_config(
@@ -183,10 +175,48 @@ def stream_pcm(
     and server-streaming calls only)."""
     if speed <= 0:
         raise ValueError(f"speed must be > 0, not {speed}")
-    pacer = _Pacer(config or live_config(), pcm, speed)
+    pacer = _Pacer(pcm, speed)
+    yield from stream_chunks(client, pacer, config, token, pacer.stop)
+
+
+class _Sent:
+    """The requests: the config, then each chunk as it comes; counts what was sent."""
+
+    def __init__(self, config: pb.StreamingRecognitionConfig, chunks: Iterable[bytes]) -> None:
+        self.config, self.chunks = config, chunks
+        self.sent = 0  # bytes
+        self.start = time.monotonic()
+
+    def __iter__(self) -> Iterator[pb.StreamingRecognizeRequest]:
+        self.start = time.monotonic()
+        yield pb.StreamingRecognizeRequest(config=self.config)
+        for chunk in self.chunks:
+            if chunk:
+                self.sent += len(chunk)
+                yield pb.StreamingRecognizeRequest(audio_content=chunk)
+
+    @property
+    def sent_seconds(self) -> float:
+        return self.sent / BYTES_PER_SECOND
+
+
+def stream_chunks(
+    client: Client,
+    chunks: Iterable[bytes],
+    config: pb.StreamingRecognitionConfig | None = None,
+    token: str | None = None,
+    stop: threading.Event | None = None,
+) -> Iterator[LiveEvent]:
+    """The one live path (a file, a pipe, a microphone, the browser): send each chunk of
+    16 kHz mono int16 as `chunks` yields it (its end half-closes the stream); yield results,
+    then LiveDone. `stop` is set when this generator ends, so a source can stop waiting.
+
+    `token`: sent as `authorization: Bearer <token>` (the api's channel adds it to unary
+    and server-streaming calls only)."""
+    requests = _Sent(config or live_config(), chunks)
     stub = transcriber_pb2_grpc.TranscriberStub(client._channel)  # api.Client has no public stub
     metadata = (("authorization", f"Bearer {token}"),) if token else None
-    call = stub.StreamingRecognize(iter(pacer), metadata=metadata)
+    call = stub.StreamingRecognize(iter(requests), metadata=metadata)
     done = False
     try:
         for response in call:
@@ -194,12 +224,13 @@ def stream_pcm(
                 done = True
                 yield _done(response.done)
             else:
-                arrived = time.monotonic() - pacer.start
-                yield _result(response.result, pacer.sent_seconds, arrived)
+                arrived = time.monotonic() - requests.start
+                yield _result(response.result, requests.sent_seconds, arrived)
     except grpc.RpcError as e:
         _raise_for(e, client.address)
     finally:
-        pacer.stop.set()
+        if stop is not None:
+            stop.set()
         call.cancel()  # no-op when the stream ended; frees the server if we stop early
     if not done:
         raise ServerError(grpc.StatusCode.UNKNOWN, "the stream ended without `done`")
