@@ -327,7 +327,9 @@ def load(path: Path | str) -> Run:
 
 def latest(root: Path | str = RESULTS) -> dict[str, Path]:
     """Each benchmark's newest result file under `root` (<root>/<name>/<UTC time>.json)."""
-    out = {}
+    out: dict[str, Path] = {}
+    if not Path(root).is_dir():
+        return out
     for folder in sorted(p for p in Path(root).iterdir() if p.is_dir()):
         files = sorted(folder.glob("*.json"))
         if files:

@@ -1,0 +1,157 @@
+"""The docs cannot drift: their marked examples run against a real server, and the benchmark
+page is what the results files render to.
+
+A fenced block (```sh, ```bash or ```python) right after a line `<!-- test -->` in README.md
+or docs/*.md is an example that must run here. Each runs in a scratch folder that links the
+repository's top-level entries (so `samples/hello.wav` and `.venv/bin/xattn` resolve and
+anything it writes stays out of the tree), with `.venv/bin` first on PATH, against one
+tiny.en server this module starts (`python -m xattn.service --port 0`): the address
+`127.0.0.1:50051` (or `localhost:50051`) in an example is replaced by that server's, and
+XATTN_SERVER (XATTN_PORT) points at it. A shell block runs under `bash -euo pipefail`, a
+Python block as a script; both must exit 0.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from benchmarks import render
+from benchmarks.results import RESULTS, latest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+MARK = "<!-- test -->"
+LANGUAGES = {"sh": "sh", "bash": "sh", "shell": "sh", "python": "python", "py": "python"}
+ADDRESS = re.compile(r"\b(?:127\.0\.0\.1|localhost):50051\b")
+TIMEOUT = 120  # seconds an example may take (a loaded 2-core CI machine)
+
+
+@dataclass(frozen=True)
+class Example:
+    page: Path
+    line: int  # 1-based line of the opening fence
+    language: str  # "sh" or "python"
+    code: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.page.relative_to(ROOT).as_posix()}:{self.line}"
+
+
+def examples(page: Path) -> list[Example]:
+    """The marked blocks of one page; ValueError for a mark not followed by a runnable fence."""
+    lines = page.read_text().splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        if line.strip() != MARK:
+            continue
+        j = i + 1
+        while j < len(lines) and not lines[j].strip():
+            j += 1
+        fence = lines[j].strip() if j < len(lines) else ""
+        language = LANGUAGES.get(fence.removeprefix("```").split(" ")[0])
+        if not fence.startswith("```") or language is None:
+            raise ValueError(f"{page}:{i + 1}: {MARK} must precede a ```sh or ```python block")
+        end = next((k for k in range(j + 1, len(lines)) if lines[k].strip() == "```"), None)
+        if end is None:
+            raise ValueError(f"{page}:{j + 1}: the block never closes")
+        out.append(Example(page, j + 1, language, "\n".join(lines[j + 1 : end]) + "\n"))
+    return out
+
+
+EXAMPLES = [e for page in PAGES if page.is_file() for e in examples(page)]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real tiny.en server on a free loopback port; its address once it is SERVING."""
+    folder = tmp_path_factory.mktemp("docs-server")
+    port_file = folder / "port"
+    command = [sys.executable, "-m", "xattn.service", "--port", "0", "--port-file", str(port_file)]
+    command += ["--model", "tiny.en", "--log-level", "WARNING"]
+    log = (folder / "server.log").open("w")
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while not port_file.is_file() or not port_file.read_text().strip():
+            assert proc.poll() is None, (folder / "server.log").read_text()
+            assert time.monotonic() < deadline, "the server did not listen"
+            time.sleep(0.05)
+        address = f"127.0.0.1:{int(port_file.read_text())}"
+        with grpc.insecure_channel(address) as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            while True:
+                try:
+                    reply = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
+                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                        break
+                except grpc.RpcError:
+                    pass
+                assert time.monotonic() < deadline, "the server never said SERVING"
+                time.sleep(0.1)
+        yield address
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A scratch folder that looks like the repository root (links to its entries)."""
+    folder = tmp_path_factory.mktemp("docs-examples")
+    for entry in ROOT.iterdir():
+        if entry.name not in {".git", "out"}:
+            (folder / entry.name).symlink_to(entry)
+    return folder
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[e.name for e in EXAMPLES])
+def test_example_runs(example: Example, server: str, sandbox: Path) -> None:
+    code = ADDRESS.sub(server, example.code)
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env["XATTN_SERVER"] = server
+    env["XATTN_PORT"] = server.rsplit(":", 1)[1]  # deploy/health_probe.py's default port
+    if example.language == "sh":
+        command = ["bash", "-euo", "pipefail", "-c", code]
+    else:
+        command = [sys.executable, "-c", code]
+    done = subprocess.run(
+        command, cwd=sandbox, env=env, capture_output=True, text=True, timeout=TIMEOUT
+    )
+    assert done.returncode == 0, (
+        f"{example.name} exited {done.returncode}\n--- code\n{code}\n"
+        f"--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
+    )
+
+
+def test_examples_are_marked() -> None:
+    """The pages mark examples (the parser found them), the API page's among them."""
+    assert {e.page.name for e in EXAMPLES} >= {"api.md", "how-it-works.md"}
+
+
+def test_mark_must_precede_a_runnable_block(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(f"text\n{MARK}\n\n```python\nprint(1)\n```\n{MARK}\n```json\n{{}}\n```\n")
+    with pytest.raises(ValueError, match="page.md:7"):
+        examples(page)
+    page.write_text(f"{MARK}\n```sh\necho 1\n```\n")
+    assert examples(page) == [Example(page, 2, "sh", "echo 1\n")]
+
+
+def test_benchmarks_page_is_current() -> None:
+    """docs/benchmarks.md is what `python -m benchmarks.render` makes of the results files."""
+    expected = render.render(latest(RESULTS))
+    assert render.PAGE.read_text() == expected, "stale: run `python -m benchmarks.render`"
