@@ -52,17 +52,19 @@ def _at_once(fn: Callable[..., T], *args: object) -> T:
 
 
 # a step's finish: (the state [d] before the final LayerNorm, its logits [n_vocab] when asked
-# for, else None; its cross-attention scores n_layer × [1, H, 1, 1500] when asked for) -> result
+# for, else None; its cross-attention scores n_layer × [1, H, 1, 1500] when asked for) -> result;
+# a multi-row step's (a beam search's): [rows, d], [rows, n_vocab], n_layer × [rows, H, 1, 1500]
 Finish = Callable[[Tensor, Tensor | None, list[Tensor] | None], T]
 
 
 @dataclass
 class _Step:
-    token: int
+    token: int | list[int]  # a list: one per row of the cache (a multi-row step)
     cache: KVCache
     need_scores: bool
     project: bool  # needs its logits (else finish may make them from the state, alone)
     finish: Finish
+    reorder: list[int] | None = None  # the cache's rows first (KVCache.reorder)
     out: object = None  # what finish returned
     error: BaseException | None = None
     done: bool = False
@@ -119,12 +121,20 @@ class StepBatcher:
                 self._cond.notify_all()
 
     def step(
-        self, token: int, cache: KVCache, need_scores: bool, project: bool, finish: Finish[T]
+        self,
+        token: int | list[int],
+        cache: KVCache,
+        need_scores: bool,
+        project: bool,
+        finish: Finish[T],
+        reorder: list[int] | None = None,
     ) -> T:
         """One cached step of one decode: finish(state, logits, scores), computed on the model
         thread in a batch with the other decodes' steps. The logits are None when the step
-        runs alone and not `project` (its finish makes them from the state: int8 logits)."""
-        mine = _Step(token, cache, need_scores, project, finish)
+        runs alone and not `project` (its finish makes them from the state: int8 logits).
+        A list of tokens is a multi-row step (one per row of the cache, after its rows are
+        reordered by `reorder`): its rows take consecutive rows of the batch."""
+        mine = _Step(token, cache, need_scores, project, finish, reorder)
         with self._cond:
             self._pending.append(mine)
             if not self._scheduled:
@@ -161,6 +171,8 @@ class StepBatcher:
         decoder = self.model.decoder
         for s in batch:
             try:
+                if s.reorder is not None:
+                    s.cache.reorder(s.reorder)
                 s.cache.check_room(1)
             except ValueError as e:
                 s.error = e
@@ -182,7 +194,8 @@ class StepBatcher:
         need = any(s.need_scores for s in batch)
         with torch.inference_mode():
             device = batch[0].cache.self_k.device
-            tokens = torch.tensor([[s.token] for s in batch], device=device)  # [B, 1]
+            ids = [t for s in batch for t in (s.token if isinstance(s.token, list) else [s.token])]
+            tokens = torch.tensor(ids, device=device)[:, None]  # [B, 1]
             caches = CacheBatch([s.cache for s in batch])
             h, scores = decoder(tokens, caches, need_scores=need, hidden=True)  # [B, 1, d]
             # with others, every step takes the batch's fp32 projection, which reads the
@@ -191,9 +204,10 @@ class StepBatcher:
             # one read each
             alone = len(batch) == 1 and not batch[0].project
             logits = None if alone else decoder.project(h)[:, 0]  # [B, n_vocab]
-            for i, s in enumerate(batch):
-                row = logits[i] if logits is not None else None  # [n_vocab]
-                mine = [layer[i : i + 1] for layer in scores] if s.need_scores else None
+            for r, s in zip(caches.slices, batch, strict=True):
+                i = r if isinstance(s.token, list) else r.start  # rows, or the one row
+                row = logits[i] if logits is not None else None  # [n_vocab] or [rows, n_vocab]
+                mine = [layer[r] for layer in scores] if s.need_scores else None
                 try:
                     s.out = s.finish(h[i, 0], row, mine)
                 except Exception as e:  # this decode's finish (its logit rules)

@@ -19,9 +19,11 @@ from functools import partial
 import numpy as np
 import torch
 
+from xattn.model.alignment import APPEND_PUNCTUATIONS, PREPEND_PUNCTUATIONS
 from xattn.model.batching import StepBatcher, model_work
 from xattn.model.kv_cache import KVCache
 from xattn.model.tokenizer import Tokenizer
+from xattn.model.vad import VadOptions
 from xattn.model.whisper import Whisper
 
 DEFAULT_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
@@ -49,6 +51,27 @@ class DecodeOptions:
     sample_len: int | None = None  # tokens per window; None: n_text_ctx // 2
     use_cache: bool = True  # False recomputes the whole prefix every step (for tests)
     seed: int = 0  # for sampling at temperature > 0
+    # search (xattn.model.beams), as openai-whisper's DecodingOptions; the library default is
+    # greedy as there, the service's and the CLI's beam 5 with best-of 5 (the whisper CLI's)
+    beam_size: int = 1  # beams at temperature 0 (1: greedy)
+    best_of: int = 1  # samples at temperature > 0, the most likely one kept
+    patience: float | None = None  # beam search ends after round(beam_size·patience) finished
+    length_penalty: float | None = None  # ranking: logprob / length (None) or / ((5+n)/6)**α
+    # openai-whisper's DecodingOptions / transcribe(), faster-whisper's (xattn.model.prompts)
+    prefix: str | None = None  # the first window's text starts with it (not in the output)
+    hotwords: str | None = None  # faster-whisper's hint phrases, before each window's prompt
+    suppress_tokens: tuple[int, ...] = (-1,)  # ids never sampled; -1: the checkpoint's list
+    suppress_blank: bool = True  # no space or end-of-text as a window's first text token
+    without_timestamps: bool = False  # text only: one segment per window
+    hallucination_silence_threshold: float | None = None  # s; with word_timestamps only
+    clip_timestamps: tuple[float, ...] = ()  # start, end, start, ...: the spans to transcribe
+    prepend_punctuations: str = PREPEND_PUNCTUATIONS  # joined to the next word
+    append_punctuations: str = APPEND_PUNCTUATIONS  # joined to the previous word
+    # voice activity detection (xattn.model.vad, faster-whisper's vad_filter): only the speech
+    # is decoded, every time mapped back to the file's clock; vad_options None: the defaults
+    vad_filter: bool = False
+    vad_options: VadOptions | None = None
+    batch_size: int | None = None  # batched long-form (xattn.model.batched); None: sequential
 
 
 @dataclass(frozen=True)
@@ -58,6 +81,7 @@ class Step:
     token: int
     logprob: float
     attention: np.ndarray | None  # [n_layer, n_head, 1500] softmax weights
+    early: bool = False  # a beam search yielded it while still searching (a shared prefix)
 
 
 @dataclass(frozen=True)
@@ -145,15 +169,20 @@ def decode_window(
     temperature: float,
     options: DecodeOptions,
     batcher: StepBatcher | None = None,
+    generator: torch.Generator | None = None,
 ) -> Generator[Step, None, WindowResult]:
     """Greedy (t = 0) or sampled decoding of one window; yields each token as it is chosen.
     With a batcher, the cached steps run batched with other threads' decodes, and so does all
-    of a step's torch work (its logits, the token's choice, its attention rows: `finish`)."""
+    of a step's torch work (its logits, the token's choice, its attention rows: `finish`).
+    Sampling draws from `generator` (one per transcription, as openai-whisper's global one;
+    None: a new one seeded with options.seed)."""
     n_ctx = model.dims.n_text_ctx
     sample_len = options.sample_len or n_ctx // 2
     need = options.return_attention or options.online_timestamps
     device = audio_features.device
-    gen = torch.Generator().manual_seed(options.seed) if temperature > 0 else None
+    gen = generator
+    if gen is None and temperature > 0:
+        gen = torch.Generator().manual_seed(options.seed)
     int8 = model.decoder.int8_logits if temperature == 0 and options.use_cache else None
     tokens = list(initial_tokens)
     sampled: list[int] = []

@@ -34,9 +34,12 @@ class CrossKV:
 class KVCache:
     """Self-attention K/V for one decode, plus the window's cross-attention K/V."""
 
-    def __init__(self, cross: CrossKV, n_ctx: int) -> None:
+    def __init__(self, cross: CrossKV, n_ctx: int, rows: int | None = None) -> None:
+        """`rows`: decodes of this window stepped together (beams, samples), all over its one
+        cross-attention K/V (batch 1); None: one per window of `cross`."""
         k0 = cross.k[0]
         batch, n_head, d_head, _ = k0.shape
+        batch = rows or batch
         n_layer = len(cross.k)
         shape = (n_layer, batch, n_head, n_ctx, d_head)
         self.cross = cross
@@ -46,6 +49,10 @@ class KVCache:
         self.self_v = torch.empty(shape, **like)  # [L, B, H, n_ctx, d_head]
         self.length = 0  # rows of self-attention K/V filled so far
         self.n_ctx = n_ctx
+
+    @property
+    def rows(self) -> int:
+        return self.self_k.shape[1]
 
     def fork(self) -> KVCache:
         """A fresh self-attention cache that shares this window's cross-attention K/V."""
@@ -75,18 +82,40 @@ class KVCache:
         """Forget rows past `length` (e.g. to restart a window's decode)."""
         self.length = min(self.length, length)
 
+    def reorder(self, indices: list[int]) -> None:
+        """Row i of the self-attention K/V becomes row indices[i] (a beam search's step: each
+        new beam continues its source's past; rows may repeat, drop, or grow from one). The
+        cross-attention K/V are shared by every row and stay untouched."""
+        if indices == list(range(self.rows)):
+            return
+        idx = torch.tensor(indices, device=self.self_k.device)
+        n = self.length
+        k = self.self_k[:, :, :, :n].index_select(1, idx)  # [L, B', H, n, d_head]
+        v = self.self_v[:, :, :, :n].index_select(1, idx)  # [L, B', H, n, d_head]
+        if len(indices) != self.rows:
+            shape = (*k.shape[:3], self.n_ctx, k.shape[-1])
+            self.self_k, self.self_v = k.new_empty(shape), v.new_empty(shape)
+        self.self_k[:, :, :, :n] = k
+        self.self_v[:, :, :, :n] = v
+
 
 class CacheBatch:
-    """The caches of several decodes stepped together, one new token each (xattn.model.batching):
-    the decoder runs its linear layers once over the batch and each one's attention over its
-    own cache, since their lengths and their windows differ."""
+    """The caches of several decodes stepped together, one new token per row
+    (xattn.model.batching): the decoder runs its linear layers once over the batch and each
+    one's attention over its own cache, since their lengths and their windows differ. A cache
+    may hold several rows (a beam search's beams): consecutive rows of the batch (`slices`)."""
 
     def __init__(self, caches: list[KVCache]) -> None:
         self.caches = caches
+        ends = [0]
+        for c in caches:
+            ends.append(ends[-1] + c.rows)
+        self.slices = [slice(a, b) for a, b in zip(ends, ends[1:], strict=False)]
 
     @property
     def lengths(self) -> list[int]:
-        return [c.length for c in self.caches]
+        """Each row's position."""
+        return [c.length for c in self.caches for _ in range(c.rows)]
 
     def advance(self, n: int) -> None:
         for c in self.caches:

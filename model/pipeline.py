@@ -18,17 +18,28 @@ import numpy as np
 import torch
 
 from xattn.model.audio import SAMPLE_RATE, check_audio
-from xattn.model.batching import StepBatcher
+from xattn.model.batching import StepBatcher, model_work
+from xattn.model.beams import check_search_options
 from xattn.model.checkpoints import Checkpoint, load_checkpoint
 from xattn.model.decoding import TASKS, DecodeOptions, OptionsError
 from xattn.model.dims import ModelDims
 from xattn.model.logits import int8_supported
+from xattn.model.options import validate_options
 from xattn.model.tokenizer import Tokenizer
 from xattn.model.transcribe import Context, Event, transcribe
+from xattn.model.vad import detect_speech
+from xattn.model.vad_filter import check_vad_options, speech_events
 from xattn.model.whisper import Whisper
 from xattn.model.words import WordAligner
 
 log = logging.getLogger(__name__)
+_BF16_NOTE = (
+    "approximate: the encoder in bf16 moves word times (measured: up to 0.08 s on a clip with "
+    "leading silence and trailing noise, 0.34 s on 75 s of mixed speech and silence) and can "
+    "change the text (base diverged after the first sentence there); benchmarks/approx.py"
+)
+# compute paths that are not exact, with their measured differences (GetModelInfo, --help)
+APPROXIMATE = {"bf16-encoder": _BF16_NOTE, "bf16-encoder+int8-logits": _BF16_NOTE}
 
 
 @dataclass(frozen=True)
@@ -39,6 +50,9 @@ class Pipeline:
     device: str
     context: Context
     alignment_heads: tuple[tuple[int, int], ...]
+    # "checkpoint", or the rule that chose them (xattn.model.checkpoints.HEADS_DEFAULT_RULE)
+    alignment_heads_source: str = "checkpoint"
+    checkpoint_format: str = "ctranslate2"  # "ctranslate2", "openai" or "huggingface"
 
     @property
     def model(self) -> Whisper:
@@ -79,6 +93,9 @@ class Pipeline:
             and not 0 < options.sample_len <= self.dims.n_text_ctx // 2
         ):
             raise OptionsError(f"sample_len must be in 1..{self.dims.n_text_ctx // 2}")
+        validate_options(options, self.dims.n_vocab)
+        check_search_options(options)
+        check_vad_options(options)
 
     def transcribe(
         self, audio: np.ndarray, options: DecodeOptions | None = None
@@ -87,6 +104,10 @@ class Pipeline:
         options = options or DecodeOptions()
         self.validate(options)
         audio = check_audio(audio)
+        if options.vad_filter:  # the speech only, times mapped back (xattn.model.vad_filter)
+            spans = model_work(self.context.batcher)(detect_speech, audio, options.vad_options)
+            yield from speech_events(self.transcribe, audio, options, spans)
+            return
         events = transcribe(self.context, audio, options)
         while True:  # grad mode is thread-local: set it around each step, not across yields
             with torch.inference_mode():
@@ -111,16 +132,34 @@ class Pipeline:
         return time.perf_counter() - t0
 
 
-def resolve_compute(compute: str, device: str = "cpu") -> str:
-    """ "auto" -> the fastest path that transcribes token-identically to fp32 here: on a CPU,
-    "int8-logits" (where torch has fbgemm's int8 kernels), plus "bf16-encoder" where the CPU has
-    native bf16; elsewhere "fp32". Other values pass through."""
+@dataclass(frozen=True)
+class CpuCapability:
+    """What the CPU (and this torch build) offers the compute paths."""
+
+    int8: bool  # fbgemm's int8 kernels (x86)
+    bf16: bool  # native bf16 (AVX-512 BF16, AMX)
+
+    @classmethod
+    def detect(cls) -> CpuCapability:
+        return cls(int8=int8_supported(), bf16=_cpu_has_bf16())
+
+
+def resolve_compute(compute: str, device: str = "cpu", cpu: CpuCapability | None = None) -> str:
+    """ "auto" -> the fastest exact path here (token-identical to fp32, the same word times):
+    "int8-logits" on a CPU where torch has fbgemm's int8 kernels, "fp32" elsewhere. The
+    approximate paths (APPROXIMATE) run only when asked by name, whatever bf16 the CPU has.
+    Other values pass through."""
     if compute != "auto":
         return compute
-    if torch.device(device).type != "cpu":
-        return "fp32"
-    parts = (("bf16-encoder", _cpu_has_bf16()), ("int8-logits", int8_supported()))
-    return "+".join(name for name, ok in parts if ok) or "fp32"
+    if torch.device(device).type == "cpu" and (cpu or CpuCapability.detect()).int8:
+        return "int8-logits"
+    return "fp32"
+
+
+def compute_note(compute: str) -> tuple[bool, str]:
+    """Whether `compute` transcribes exactly as fp32, and what differs where it does not."""
+    note = APPROXIMATE.get(compute)
+    return (note is None, note or "exact: the same tokens and word times as fp32")
 
 
 def build_pipeline(ckpt: Checkpoint, device: str = "cpu", compute: str = "fp32") -> Pipeline:
@@ -149,7 +188,16 @@ def build_pipeline(ckpt: Checkpoint, device: str = "cpu", compute: str = "fp32")
         suppress_blank=tuple(suppress_blank),
         aligner=WordAligner(model, tokenizer, heads),
     )
-    return Pipeline(ckpt.name, ckpt.dtype, compute, str(device), context, heads)
+    return Pipeline(
+        ckpt.name,
+        ckpt.dtype,
+        compute,
+        str(device),
+        context,
+        heads,
+        ckpt.alignment_heads_source,
+        ckpt.format,
+    )
 
 
 def _cpu_has_bf16() -> bool:

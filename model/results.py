@@ -12,6 +12,24 @@ FRAMES_PER_SECOND = 50  # encoder frames per second of audio (20 ms each)
 
 
 @dataclass(frozen=True)
+class TimeSpan:
+    """Seconds on the whole file's clock, e.g. a stretch of speech that vad_filter kept."""
+
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class FrameSpan:
+    """vad_filter: frames first .. first + count - 1 of a window lie on the original clock at
+    start + 0.02 s each (a window of joined speech is pieced together from several spans)."""
+
+    first: int
+    count: int
+    start: float
+
+
+@dataclass(frozen=True)
 class WindowStart:
     """A 30 s window is about to be decoded (yielded after its encoder pass)."""
 
@@ -19,6 +37,7 @@ class WindowStart:
     offset: float  # seconds: where the window starts in the file
     num_frames: int  # encoder frames (of 1,500) that hold real audio
     language: str
+    clock: tuple[FrameSpan, ...] = ()  # vad_filter: where its frames lie; (): offset + 0.02 f
 
 
 @dataclass(frozen=True)
@@ -38,6 +57,9 @@ class TokenEvent:
     # [n_text_layer, n_text_head, 1500] float32 softmax weights over the frames,
     # from the same forward pass that chose the token; None when not asked.
     attention: np.ndarray | None = field(default=None, repr=False, compare=False)
+    # a beam search sent it while still searching: every candidate that could still win
+    # shares it (xattn.model.beams); False for greedy and sampled tokens, sent as chosen
+    early: bool = False
 
 
 @dataclass(frozen=True)
@@ -88,3 +110,4 @@ class Transcript:
     language: str
     segments: tuple[Segment, ...]
     duration: float  # seconds of audio
+    speech: tuple[TimeSpan, ...] | None = None  # vad_filter: the spans decoded; None: all

@@ -26,14 +26,17 @@ from xattn.model.audio import (
     pad_or_trim,
 )
 from xattn.model.batching import StepBatcher, model_work
+from xattn.model.beams import window_decoder
 from xattn.model.decoding import (
     DecodeOptions,
     LogitRules,
     WindowResult,
-    decode_window,
     detect_language,
 )
+from xattn.model.hallucination import last_end as hallucination_last_end
+from xattn.model.hallucination import skip_silence
 from xattn.model.kv_cache import KVCache
+from xattn.model.prompts import seek_clips, suppressed_ids, window_tokens
 from xattn.model.results import Segment, TokenEvent, Transcript, WindowDiscarded, WindowStart
 from xattn.model.tokenizer import TIME_PRECISION, Tokenizer
 from xattn.model.whisper import Whisper
@@ -124,14 +127,19 @@ def decode_with_fallback(
     token_index: int,
     time_offset: float,
     num_frames: int,
+    generator: torch.Generator | None = None,
 ) -> Generator[TokenEvent | WindowDiscarded, None, tuple[WindowResult, int]]:
-    """Decode a window at each temperature until one attempt passes the thresholds."""
+    """Decode a window at each temperature until one attempt passes the thresholds: beam
+    search at 0, best-of sampling above (xattn.model.beams.window_decoder), drawing from
+    `generator` (one per transcription; None: options.seed's)."""
     tok = ctx.tokenizer
     heads = np.array(ctx.aligner.heads if ctx.aligner else [])  # [n_heads, 2]
     sot_index = initial.index(tok.sot)
     for i, t in enumerate(options.temperatures):
-        steps = decode_window(
-            ctx.model, features, cache, tok, initial, sot_index, rules, t, options, ctx.batcher
+        decode = window_decoder(options, t)
+        steps = decode(
+            *(ctx.model, features, cache, tok, initial, sot_index, rules, t, options),
+            *(ctx.batcher, generator),
         )
         while True:
             try:
@@ -148,7 +156,8 @@ def decode_with_fallback(
                 online = round(time_offset + online_token_time(row, num_frames=num_frames), 2)
             attention = step.attention if options.return_attention else None
             yield TokenEvent(
-                token_index, step.token, text, step.logprob, window, t, stamp, online, attention
+                *(token_index, step.token, text, step.logprob, window, t, stamp, online),
+                *(attention, step.early),
             )
             token_index += 1
         reason = needs_fallback(result, options)
@@ -177,34 +186,61 @@ def transcribe(ctx: Context, audio: np.ndarray, options: DecodeOptions) -> Itera
         log.debug("detected language %s", language)
     language = language or "en"
     sot_sequence = tok.sot_sequence(language, options.task)
+    suppress = ctx.suppress
+    if options.suppress_tokens != (-1,):
+        suppress = suppressed_ids(options.suppress_tokens, ctx.suppress, tok.task_ids)
+    max_initial = options.max_initial_timestamp  # 0 or None: no limit, as openai-whisper
     rules_args = dict(
-        suppress=torch.tensor(ctx.suppress, device=device),
-        suppress_blank=torch.tensor(ctx.suppress_blank, device=device),
+        suppress=torch.tensor(suppress, dtype=torch.long, device=device),
+        suppress_blank=torch.tensor(
+            ctx.suppress_blank if options.suppress_blank else (), dtype=torch.long, device=device
+        ),
         eot=tok.eot,
         timestamp_begin=tok.timestamp_begin,
         no_timestamps=tok.no_timestamps,
-        max_initial_timestamp_index=round(options.max_initial_timestamp / TIME_PRECISION),
+        max_initial_timestamp_index=round(max_initial / TIME_PRECISION) if max_initial else None,
+        timestamps=not options.without_timestamps,
     )
     all_tokens: list[int] = []
     if options.initial_prompt:
         all_tokens = tok.encode(" " + options.initial_prompt.strip())
     n_initial_prompt = len(all_tokens)
     segments: list[Segment] = []
-    prompt_reset_since, seek, window, token_index = 0, 0, 0, 0
+    prompt_reset_since, window, token_index = 0, 0, 0
     last_speech = 0.0
     n_ctx = model.dims.n_text_ctx
+    generator = torch.Generator().manual_seed(options.seed)  # every window's samples
+    threshold = options.hallucination_silence_threshold if options.word_timestamps else None
+    clips = seek_clips(options.clip_timestamps, content_frames)
+    clip, seek = 0, clips[0][0]
 
-    while seek < content_frames:
+    while clip < len(clips):  # openai-whisper's loop over the clips, flattened as there
+        clip_start, clip_end = clips[clip]
+        seek = max(seek, clip_start)
+        if seek >= clip_end:
+            clip += 1
+            if clip < len(clips):
+                seek = clips[clip][0]
+            continue
         time_offset = seek * HOP_LENGTH / SAMPLE_RATE
-        segment_size = min(N_FRAMES, content_frames - seek)
+        segment_size = min(N_FRAMES, content_frames - seek, clip_end - seek)
         mel_segment = pad_or_trim(mel[:, seek : seek + segment_size], N_FRAMES)  # [n_mels, 3000]
         features = run(model.encoder, mel_segment[None].to(dtype))  # [1, 1500, d]
         cache = run(model.new_cache, features)  # cross-attention K/V: once per window
         num_frames = segment_size // INPUT_STRIDE
         yield WindowStart(window, time_offset, num_frames, language)
 
-        prompt = all_tokens[prompt_reset_since:][-(n_ctx // 2 - 1) :]
-        initial = (tok.sot_prev, *prompt, *sot_sequence) if prompt else sot_sequence
+        initial = window_tokens(
+            sot_sequence=sot_sequence,
+            previous=all_tokens[prompt_reset_since:],
+            sot_prev=tok.sot_prev,
+            no_timestamps=tok.no_timestamps,
+            n_text_ctx=n_ctx,
+            encode=tok.encode,
+            prefix=options.prefix if window == 0 else None,
+            hotwords=options.hotwords,
+            without_timestamps=options.without_timestamps,
+        )
         rules = LogitRules(sample_begin=len(initial), **rules_args)
         result, token_index = yield from decode_with_fallback(
             ctx,
@@ -217,6 +253,7 @@ def transcribe(ctx: Context, audio: np.ndarray, options: DecodeOptions) -> Itera
             token_index,
             time_offset,
             num_frames,
+            generator,
         )
         skip = options.no_speech_threshold is not None and (
             result.no_speech_prob > options.no_speech_threshold
@@ -238,10 +275,29 @@ def transcribe(ctx: Context, audio: np.ndarray, options: DecodeOptions) -> Itera
             pieces, words, timings, last_end = run(
                 ctx.aligner.align,
                 *(cache, sot_sequence, pieces, num_frames, language, time_offset, last_speech),
+                *(options.prepend_punctuations, options.append_punctuations),
             )
+            if last_end is not None and not single_ending and last_end > time_offset:
+                seek = round(last_end * FRAMES_PER_SECOND)
+            if threshold is not None:
+                bounds = [(p.start, p.end) for p in pieces]
+                seek, keep = skip_silence(
+                    bounds,
+                    words,
+                    threshold=threshold,
+                    seek=seek,
+                    window_seek=window_seek,
+                    segment_size=segment_size,
+                    single_ending=single_ending,
+                    last_speech=last_speech,
+                    content_frames=content_frames,
+                )
+                if keep is None:  # a hallucination after a long silence: skip to it
+                    window += 1
+                    continue
+                pieces, words, timings = pieces[:keep], words[:keep], timings[:keep]
+                last_end = hallucination_last_end(bounds[:keep], words)
             if last_end is not None:
-                if not single_ending and last_end > time_offset:
-                    seek = round(last_end * FRAMES_PER_SECOND)
                 last_speech = last_end
 
         for piece, piece_words, piece_timings in zip(pieces, words, timings, strict=True):

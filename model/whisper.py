@@ -72,13 +72,11 @@ class SelfAttention(nn.Module):
         q, k, v = (split_heads(t, self.n_head) for t in (q, k, v))  # [B, H, T, d_k]
         if cache is None:  # encoder: every frame sees every frame
             return self.out(merge_heads(F.scaled_dot_product_attention(q, k, v)))
-        if isinstance(cache, CacheBatch):  # one new token per decode, each over its own past
+        if isinstance(cache, CacheBatch):  # one new token per row, each over its own past
             ys = [
-                F.scaled_dot_product_attention(
-                    q[i : i + 1], *c.append(layer, k[i : i + 1], v[i : i + 1])
-                )
-                for i, c in enumerate(cache.caches)
-            ]  # B × [1, H, 1, d_k]
+                F.scaled_dot_product_attention(q[r], *c.append(layer, k[r], v[r]))
+                for r, c in zip(cache.slices, cache.caches, strict=True)
+            ]  # caches × [rows, H, 1, d_k]
             return self.out(merge_heads(torch.cat(ys)))  # [B, 1, d]
         past = cache.length
         k, v = cache.append(layer, k, v)  # [B, H, past + T, d_k]
@@ -112,13 +110,19 @@ class CrossAttention(nn.Module):
         return k.transpose(-1, -2).contiguous(), v.transpose(-1, -2).contiguous()
 
     def forward(
-        self, x: Tensor, k: Tensor | list[Tensor], v: Tensor | list[Tensor], need_scores: bool
+        self,
+        x: Tensor,
+        k: Tensor | list[Tensor],
+        v: Tensor | list[Tensor],
+        need_scores: bool,
+        slices: list[slice] | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        """k, v: [B, H, d_k, 1500] (project_kv), or B of them ([1, H, d_k, 1500]) for a
-        CacheBatch."""
+        """k, v: [B, H, d_k, 1500] (project_kv), or one [1, H, d_k, 1500] per cache of a
+        CacheBatch, whose rows of x are `slices`."""
         q = split_heads(self.query(x), self.n_head)  # [B, H, T, d_k]
         if isinstance(k, list):
-            pairs = [attend(q[i : i + 1], k[i], v[i], need_scores) for i in range(len(k))]
+            slices = slices or [slice(i, i + 1) for i in range(len(k))]
+            pairs = [attend(q[r], k[i], v[i], need_scores) for i, r in enumerate(slices)]
             y = torch.cat([y for y, _ in pairs])  # [B, H, T, d_k]
             scores = torch.cat([s for _, s in pairs]) if need_scores else None
         else:
@@ -128,7 +132,17 @@ class CrossAttention(nn.Module):
 
 def attend(q: Tensor, kt: Tensor, vt: Tensor, need_scores: bool) -> tuple[Tensor, Tensor | None]:
     """Cross-attention of queries q [B, H, T, d_k] over the frames, from keys and values
-    stored transposed (kt, vt: [B, H, d_k, 1500]); with the pre-softmax scores when asked."""
+    stored transposed (kt, vt: [B, H, d_k, 1500]); with the pre-softmax scores when asked.
+    Rows of one window (beams: q [B, H, T, d_k], kt [1, ...]) attend as B·T queries of one
+    batch, so that its K/V are read once and never expanded into copies."""
+    b, h, t, d_k = q.shape
+    if b > 1 and kt.shape[0] == 1:
+        q1 = q.transpose(0, 1).reshape(1, h, b * t, d_k)  # [1, H, B·T, d_k]
+        y, scores = attend(q1, kt, vt, need_scores)  # [1, H, B·T, d_k], [1, H, B·T, 1500]
+        y = y.reshape(h, b, t, d_k).transpose(0, 1)  # [B, H, T, d_k]
+        if scores is not None:
+            scores = scores.reshape(h, b, t, -1).transpose(0, 1)  # [B, H, T, 1500]
+        return y, scores
     scores = (q @ kt) / math.sqrt(q.shape[-1])  # [B, H, T, 1500]
     weights = scores.float().softmax(dim=-1).to(q.dtype)  # [B, H, T, 1500]
     y = (vt @ weights.transpose(-1, -2)).transpose(-1, -2)  # [B, H, T, d_k]
@@ -159,7 +173,7 @@ class ResidualAttentionBlock(nn.Module):
         if self.cross_attn is not None and isinstance(cache, CacheBatch):
             k = [c.cross.k[layer] for c in cache.caches]  # B × [1, H, d_k, 1500]
             v = [c.cross.v[layer] for c in cache.caches]
-            y, scores = self.cross_attn(self.cross_attn_ln(x), k, v, need_scores)
+            y, scores = self.cross_attn(self.cross_attn_ln(x), k, v, need_scores, cache.slices)
             x = x + y  # [B, 1, d]
         elif self.cross_attn is not None and cache is not None:
             k, v = cache.cross.k[layer], cache.cross.v[layer]  # [B, H, d_k, 1500]
