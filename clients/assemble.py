@@ -139,6 +139,7 @@ class Assembler:
             temperature=t.temperature,
             timestamp=t.timestamp if t.HasField("timestamp") else None,
             offset=w.offset,
+            early=t.early,
         )
         if t.HasField("alignment") and t.alignment.shape:
             token.row = decode_tensor(t.alignment)

@@ -1,16 +1,23 @@
 """`xattn`: transcribe a file on an xattn server and show where the model listened.
 
-    xattn transcribe AUDIO [--server HOST:PORT] [--language L] [--words] [--json]
-                           [--png FILE] [--html FILE]
+    xattn transcribe AUDIO... [--server HOST:PORT] [--language L] [--words] [--json]
+                              [--png FILE] [--html FILE] [-o DIR] [-f txt|vtt|srt|tsv|json|all]
+                              [--task translate] [--initial-prompt TEXT] ... (whisper's options)
     xattn inspect AUDIO [--server HOST:PORT] [--out FILE.html] [--serve [--port N] [--open]]
     xattn stream AUDIO [--server HOST:PORT] [--language L] [--speed X] [--commit-margin S]
                        [--json | --inspect [--port N] [--open]]
+    xattn stream - [--rate R] [--channels C] [--format s16le|f32le] [--json]
+    xattn listen [--device NAME|INDEX] [--list-devices] [--json]
+    xattn live --serve [--port N] [--open]
 
 `stream` feeds the file at X times real time through StreamingRecognize (live recognition)
 and shows the finals, the greyed interim guess and the finals' rows growing; `--inspect`
 serves the inspection page instead, following that live stream: one heatmap row per final
 token, a new window each time the server's 30 s buffer slides, words on the stream's clock.
 `inspect --serve` does the same for the file transcription (StreamTranscribe, every head).
+`stream -` takes raw PCM from standard input (`arecord ... | xattn stream -`) until its end
+or Ctrl-C; `listen` the default microphone (or --device); `live --serve` a page on
+127.0.0.1 that records the browser's microphone and shows the attention growing.
 
 Exit status: 0 done; 2 bad audio file (missing, unreadable, empty), an output that cannot
 be written, or bad usage; 3 server unreachable or not ready; 4 the server answered with an
@@ -44,6 +51,7 @@ from xattn.clients.api import (
 )
 from xattn.clients.assemble import mean_rows
 from xattn.clients.data import Event, Finished, Head, Result
+from xattn.clients.pcm import SourceError
 from xattn.clients.render.terminal import LiveView
 
 OK, BAD_FILE, UNREACHABLE, SERVER_ERROR, INTERRUPTED = 0, 2, 3, 4, 130
@@ -74,12 +82,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("audio", metavar="AUDIO", help="audio file: wav, flac, mp3, ogg, ...")
+    def common(p: argparse.ArgumentParser, audio: str | None = "", many: bool = False) -> None:
+        if audio is not None:
+            text = audio or "audio file: wav, flac, mp3, ogg, ..."
+            p.add_argument("audio", metavar="AUDIO", nargs="+" if many else None, help=text)
         p.add_argument(
             "--server",
             default=os.environ.get("XATTN_SERVER", DEFAULT_SERVER),
-            help=f"HOST:PORT of xattn-server (env XATTN_SERVER; default {DEFAULT_SERVER})",
+            help="HOST:PORT of xattn-server; several, comma-separated, or a gRPC target such "
+            "as dns:///NAME:PORT: calls are spread round-robin and retried on UNAVAILABLE / "
+            f"RESOURCE_EXHAUSTED (env XATTN_SERVER; default {DEFAULT_SERVER})",
         )
         p.add_argument("--language", help="language code, e.g. en (default: detect)")
         p.add_argument("--ca", metavar="PEM", help="use TLS, trusting this CA bundle")
@@ -98,12 +110,16 @@ def build_parser() -> argparse.ArgumentParser:
             "--timeout", type=float, default=5.0, help="seconds to wait for a connection"
         )
 
-    t = sub.add_parser("transcribe", help="transcribe, with a live attention view")
-    common(t)
+    t = sub.add_parser("transcribe", help="transcribe files, with a live attention view")
+    common(t, "audio files: wav, flac, mp3, ogg, ...", many=True)
     t.add_argument("--words", action="store_true", help="word timestamps (DTW)")
     t.add_argument("--json", action="store_true", help="the full result as JSON on stdout")
     t.add_argument("--png", metavar="FILE", help="heatmap figure(s); FILE-1.png ... per window")
     t.add_argument("--html", metavar="FILE", help="the self-contained inspection page")
+    add_search_arguments(t)
+    from xattn.clients import transcribe_cli
+
+    transcribe_cli.add_arguments(t)
 
     i = sub.add_parser("inspect", help="the alignment inspection page (file or live server)")
     common(i)
@@ -114,11 +130,44 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--no-words", action="store_true", help="skip word timestamps")
 
     s = sub.add_parser("stream", help="live recognition: the file fed at real-time pace")
-    common(s)
+    common(s, "audio file, or - for raw PCM on standard input (see --rate ...)")
     from xattn.clients.stream_cli import add_arguments
 
     add_arguments(s)
+    m = sub.add_parser("listen", help="live recognition of the microphone, in the terminal")
+    common(m, None)
+    from xattn.clients import listen
+
+    listen.add_arguments(m)
+    w = sub.add_parser("live", help="live recognition in the browser: a page on 127.0.0.1")
+    common(w, None)
+    from xattn.clients import bridge
+
+    bridge.add_arguments(w)
     return parser
+
+
+def add_search_arguments(p: argparse.ArgumentParser) -> None:
+    """The search's flags (xattn.model.beams); unset, each keeps the server's default."""
+    g = p.add_argument_group("search (openai-whisper's beam search and best-of sampling)")
+    g.add_argument(
+        "--beam-size", type=int, metavar="N", help="beams at temperature 0 (default 5; 1: greedy)"
+    )
+    g.add_argument(
+        "--best-of", type=int, metavar="N", help="samples at fallback temperatures > 0 (default 5)"
+    )
+    g.add_argument(
+        "--patience",
+        type=float,
+        metavar="P",
+        help="beam search ends after round(N * P) finished candidates (default 1.0)",
+    )
+    g.add_argument(
+        "--length-penalty",
+        type=float,
+        metavar="A",
+        help="rank by logprob / ((5 + length) / 6) ** A (default: logprob / length)",
+    )
 
 
 def check_outputs(*paths: str | None) -> None:
@@ -141,6 +190,11 @@ def open_client(args: argparse.Namespace) -> tuple[bytes, Client]:
         audio = read_audio(args.audio)
     except AudioFileError as e:
         raise Fail(BAD_FILE, f"bad audio file: {e}") from e
+    return audio, connect_client(args)
+
+
+def connect_client(args: argparse.Namespace) -> Client:
+    """A client of --server, its model info fetched (Fail when unreachable)."""
     try:
         client = connect(args.server, ca_file=args.ca, timeout=args.timeout, token=args.token)
         client.info()
@@ -148,7 +202,7 @@ def open_client(args: argparse.Namespace) -> tuple[bytes, Client]:
         raise Fail(UNREACHABLE, unreachable_message(e)) from e
     except OSError as e:
         raise Fail(BAD_FILE, f"cannot read the CA bundle: {e}") from e
-    return audio, client
+    return client
 
 
 def unreachable_message(e: Unreachable) -> str:
@@ -194,30 +248,9 @@ def live_view(client: Client, heads: list[Head] | None, audio: bytes, path: str)
 
 
 def transcribe(args: argparse.Namespace, console: Console, err: Console) -> int:
-    check_outputs(args.png, args.html)
-    audio, client = open_client(args)
-    heads = all_heads(client) if args.html else None
-    name = Path(args.audio).name
-    with client:
-        events = client.stream_transcribe(
-            audio, language=args.language, words=args.words, alignment="all" if heads else "mean"
-        )
-        view = None if args.json else live_view(client, heads, audio, args.audio)
-        result = run_stream(events, console, view)
-    notes = err if args.json else console
-    if args.png:
-        from xattn.clients.render.png import write_png
+    from xattn.clients.transcribe_cli import run
 
-        for path in write_png(result, args.png):
-            notes.print(f"wrote {path}")
-    if args.html:
-        from xattn.clients.render.html import write_html
-
-        notes.print(f"wrote {write_html(result, args.html, audio, name)}")
-    if args.json:
-        sys.stdout.write(json.dumps(result.to_dict(), ensure_ascii=False, indent=2) + "\n")
-        sys.stdout.flush()
-    return OK
+    return run(args, console, err)
 
 
 def inspect(args: argparse.Namespace, console: Console) -> int:
@@ -317,7 +350,17 @@ def main(argv: Sequence[str] | None = None, console: Console | None = None) -> i
         args.token = token_of(args)  # once, for every command: --token, else --token-file
         if args.command == "transcribe":
             return transcribe(args, out, err)
+        if args.command == "listen":
+            from xattn.clients.listen import run as listen
+
+            return listen(args, out, err)
+        if args.command == "live":
+            from xattn.clients.bridge import run as live
+
+            return live(args, out)
         if args.command == "stream":
+            if args.inspect and args.audio == "-":
+                raise Fail(BAD_FILE, "--inspect takes a file; for live audio: xattn live --serve")
             if args.inspect:
                 if args.json:
                     raise Fail(BAD_FILE, "--inspect and --json do not go together")
@@ -333,6 +376,9 @@ def main(argv: Sequence[str] | None = None, console: Console | None = None) -> i
         return e.code
     except AudioFileError as e:
         err.print(f"[red]xattn:[/] bad audio file: {e}", highlight=False, soft_wrap=True)
+        return BAD_FILE
+    except SourceError as e:  # a live source: its format, no microphone
+        err.print(f"[red]xattn:[/] {e}", highlight=False, soft_wrap=True)
         return BAD_FILE
     except Unreachable as e:
         err.print(f"[red]xattn:[/] {unreachable_message(e)}", highlight=False, soft_wrap=True)

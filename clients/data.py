@@ -39,6 +39,8 @@ class ModelInfo:
     frames_per_second: int = FRAMES_PER_SECOND
     compute_type: str = ""
     device: str = ""
+    compute_exact: bool = True  # the compute path transcribes exactly as fp32
+    compute_note: str = ""  # what an approximate compute path changes, measured
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -74,6 +76,7 @@ class Token:
     peak_frame: int | None = None
     offset: float = 0.0  # the window's start in the file
     start: float | None = None  # its word's start (file clock), when words were asked
+    early: bool = False  # a beam search sent it before its window's search ended
 
     @property
     def label(self) -> str:

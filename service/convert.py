@@ -7,12 +7,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 
+from xattn.model.alignment import APPEND_PUNCTUATIONS, PREPEND_PUNCTUATIONS
 from xattn.model.audio import AudioError, AudioTooLongError, decode_audio, pcm_to_audio
 from xattn.model.decoding import DEFAULT_TEMPERATURES, DecodeOptions, OptionsError
-from xattn.model.pipeline import Pipeline
+from xattn.model.pipeline import Pipeline, compute_note
 from xattn.model.results import (
     FRAMES_PER_SECOND,
     Segment,
@@ -30,6 +32,7 @@ PCM_ENCODINGS = {pb.PCM_ENCODING_INT16: "int16", pb.PCM_ENCODING_FLOAT32: "float
 TASKS = {pb.TASK_UNSPECIFIED: "transcribe", pb.TASK_TRANSCRIBE: "transcribe"}
 TASKS[pb.TASK_TRANSLATE] = "translate"
 FRAMES_PER_WINDOW = 1500  # encoder frames in a 30 s window
+T = TypeVar("T")
 
 
 def audio_loader(audio: pb.Audio, max_seconds: float) -> Callable[[], np.ndarray]:
@@ -63,6 +66,12 @@ def audio_loader(audio: pb.Audio, max_seconds: float) -> Callable[[], np.ndarray
     raise AudioError("no audio: set audio.encoded (a file's bytes) or audio.pcm")
 
 
+# Transcribe's and StreamTranscribe's search when unset: faster-whisper's and the whisper
+# command line's (beam 5, best-of 5); the live StreamingRecognize stays greedy
+SERVICE_BEAM_SIZE = 5
+SERVICE_BEST_OF = 5
+
+
 def decode_options(options: pb.TranscriptionOptions, return_attention: bool) -> DecodeOptions:
     """TranscriptionOptions -> DecodeOptions (OptionsError for values no model takes)."""
     if options.task not in TASKS:
@@ -81,7 +90,40 @@ def decode_options(options: pb.TranscriptionOptions, return_attention: bool) -> 
         condition_on_previous_text=condition,
         word_timestamps=options.word_timestamps,
         return_attention=return_attention,
+        initial_prompt=options.initial_prompt or None,
+        prefix=options.prefix or None,
+        hotwords=options.hotwords or None,
+        suppress_tokens=(
+            tuple(options.suppress_tokens.ids) if options.HasField("suppress_tokens") else (-1,)
+        ),
+        suppress_blank=optional(options, "suppress_blank", True),
+        without_timestamps=options.without_timestamps,
+        max_initial_timestamp=optional(options, "max_initial_timestamp", 1.0),
+        compression_ratio_threshold=threshold(options, "compression_ratio_threshold", 2.4),
+        logprob_threshold=threshold(options, "logprob_threshold", -1.0),
+        no_speech_threshold=threshold(options, "no_speech_threshold", 0.6),
+        hallucination_silence_threshold=optional(options, "hallucination_silence_threshold"),
+        clip_timestamps=tuple(options.clip_timestamps),
+        prepend_punctuations=optional(options, "prepend_punctuations", PREPEND_PUNCTUATIONS),
+        append_punctuations=optional(options, "append_punctuations", APPEND_PUNCTUATIONS),
+        beam_size=optional(options, "beam_size", SERVICE_BEAM_SIZE),
+        best_of=optional(options, "best_of", SERVICE_BEST_OF),
+        patience=optional(options, "patience"),
+        length_penalty=optional(options, "length_penalty"),
     )
+
+
+def optional(options: pb.TranscriptionOptions, name: str, default: T | None = None) -> T | None:
+    """An optional field's value, or `default` when unset."""
+    return getattr(options, name) if options.HasField(name) else default
+
+
+def threshold(options: pb.TranscriptionOptions, name: str, default: float) -> float | None:
+    """A Threshold field: `default` when unset, None when off."""
+    if not options.HasField(name):
+        return default
+    field = getattr(options, name)
+    return None if field.off else field.value
 
 
 def token_kind(event: TokenEvent, eot: int) -> int:
@@ -99,6 +141,7 @@ def token(event: TokenEvent, eot: int, rows: RowSpec) -> pb.Token:
         window=event.window,
         temperature=event.temperature,
         kind=token_kind(event, eot),
+        early=event.early,
     )
     if event.timestamp is not None:
         msg.timestamp = event.timestamp
@@ -229,6 +272,7 @@ class UnaryShaper:
 
 def model_info(pipe: Pipeline, limits: Limits) -> pb.GetModelInfoResponse:
     d = pipe.dims
+    exact, note = compute_note(pipe.compute)
     return pb.GetModelInfoResponse(
         model_name=pipe.name,
         dims=pb.ModelDims(
@@ -258,6 +302,8 @@ def model_info(pipe: Pipeline, limits: Limits) -> pb.GetModelInfoResponse:
         ),
         compute_type=pipe.compute,
         device=pipe.device,
+        compute_exact=exact,
+        compute_note=note,
     )
 
 

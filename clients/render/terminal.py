@@ -37,6 +37,7 @@ INFERNO = [
 SHADES = " ░░▒▒▓▓██"
 LABEL = 12  # columns for the token label
 MARGIN_FRAMES = 25  # shown past the end of the real audio (0.5 s)
+EARLY = " underline"  # a token a beam search sent while it still searched
 
 
 def visible_frames(num_frames: int) -> int:
@@ -104,6 +105,7 @@ def heatmap(
         assert token.row is not None
         row = alignment_mean(token.row, picked)
         style = "grey50" if token.kind != "text" else logprob_style(token.logprob)
+        style += EARLY if token.early else ""
         peak = "" if token.peak_time is None else f"{token.peak_time:.2f}s"
         label = Text(token.label.replace("\n", " ")[:LABEL], style=style)
         grid.add_row(label, heat_line(row, window.num_frames, shown, cells, token.peak_frame), peak)
@@ -123,12 +125,13 @@ def logprob_style(logprob: float) -> str:
 
 
 def transcript_text(windows: Iterable[Window]) -> Text:
-    """The text tokens so far, coloured by confidence."""
+    """The text tokens so far, coloured by confidence; underlined: sent early (a beam search's
+    settled prefix, while it still searched)."""
     text = Text()
     for w in windows:
         for t in w.tokens:
             if t.kind == "text":
-                text.append(t.text, style=logprob_style(t.logprob))
+                text.append(t.text, style=logprob_style(t.logprob) + (EARLY if t.early else ""))
     return text
 
 

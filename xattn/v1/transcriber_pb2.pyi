@@ -63,7 +63,7 @@ class GetModelInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetModelInfoResponse(_message.Message):
-    __slots__ = ("model_name", "dims", "alignment_heads", "languages", "multilingual", "alignment_frames_per_second", "limits", "compute_type", "device")
+    __slots__ = ("model_name", "dims", "alignment_heads", "languages", "multilingual", "alignment_frames_per_second", "limits", "compute_type", "device", "compute_exact", "compute_note")
     MODEL_NAME_FIELD_NUMBER: _ClassVar[int]
     DIMS_FIELD_NUMBER: _ClassVar[int]
     ALIGNMENT_HEADS_FIELD_NUMBER: _ClassVar[int]
@@ -73,6 +73,8 @@ class GetModelInfoResponse(_message.Message):
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     COMPUTE_TYPE_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_EXACT_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_NOTE_FIELD_NUMBER: _ClassVar[int]
     model_name: str
     dims: ModelDims
     alignment_heads: _containers.RepeatedCompositeFieldContainer[AttentionHead]
@@ -82,7 +84,9 @@ class GetModelInfoResponse(_message.Message):
     limits: ServerLimits
     compute_type: str
     device: str
-    def __init__(self, model_name: _Optional[str] = ..., dims: _Optional[_Union[ModelDims, _Mapping]] = ..., alignment_heads: _Optional[_Iterable[_Union[AttentionHead, _Mapping]]] = ..., languages: _Optional[_Iterable[str]] = ..., multilingual: _Optional[bool] = ..., alignment_frames_per_second: _Optional[int] = ..., limits: _Optional[_Union[ServerLimits, _Mapping]] = ..., compute_type: _Optional[str] = ..., device: _Optional[str] = ...) -> None: ...
+    compute_exact: bool
+    compute_note: str
+    def __init__(self, model_name: _Optional[str] = ..., dims: _Optional[_Union[ModelDims, _Mapping]] = ..., alignment_heads: _Optional[_Iterable[_Union[AttentionHead, _Mapping]]] = ..., languages: _Optional[_Iterable[str]] = ..., multilingual: _Optional[bool] = ..., alignment_frames_per_second: _Optional[int] = ..., limits: _Optional[_Union[ServerLimits, _Mapping]] = ..., compute_type: _Optional[str] = ..., device: _Optional[str] = ..., compute_exact: _Optional[bool] = ..., compute_note: _Optional[str] = ...) -> None: ...
 
 class ModelDims(_message.Message):
     __slots__ = ("n_mels", "n_audio_ctx", "n_audio_state", "n_audio_head", "n_audio_layer", "n_vocab", "n_text_ctx", "n_text_state", "n_text_head", "n_text_layer")
@@ -199,18 +203,68 @@ class Pcm(_message.Message):
     def __init__(self, data: _Optional[bytes] = ..., sample_rate: _Optional[int] = ..., encoding: _Optional[_Union[PcmEncoding, str]] = ..., channels: _Optional[int] = ...) -> None: ...
 
 class TranscriptionOptions(_message.Message):
-    __slots__ = ("language", "task", "word_timestamps", "temperatures", "condition_on_previous_text")
+    __slots__ = ("language", "task", "word_timestamps", "temperatures", "condition_on_previous_text", "beam_size", "best_of", "patience", "length_penalty", "initial_prompt", "prefix", "hotwords", "suppress_tokens", "suppress_blank", "without_timestamps", "max_initial_timestamp", "compression_ratio_threshold", "logprob_threshold", "no_speech_threshold", "hallucination_silence_threshold", "clip_timestamps", "prepend_punctuations", "append_punctuations")
     LANGUAGE_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
     WORD_TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
     TEMPERATURES_FIELD_NUMBER: _ClassVar[int]
     CONDITION_ON_PREVIOUS_TEXT_FIELD_NUMBER: _ClassVar[int]
+    BEAM_SIZE_FIELD_NUMBER: _ClassVar[int]
+    BEST_OF_FIELD_NUMBER: _ClassVar[int]
+    PATIENCE_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_PENALTY_FIELD_NUMBER: _ClassVar[int]
+    INITIAL_PROMPT_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    HOTWORDS_FIELD_NUMBER: _ClassVar[int]
+    SUPPRESS_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SUPPRESS_BLANK_FIELD_NUMBER: _ClassVar[int]
+    WITHOUT_TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
+    MAX_INITIAL_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    COMPRESSION_RATIO_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    LOGPROB_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    NO_SPEECH_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    HALLUCINATION_SILENCE_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    CLIP_TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
+    PREPEND_PUNCTUATIONS_FIELD_NUMBER: _ClassVar[int]
+    APPEND_PUNCTUATIONS_FIELD_NUMBER: _ClassVar[int]
     language: str
     task: Task
     word_timestamps: bool
     temperatures: _containers.RepeatedScalarFieldContainer[float]
     condition_on_previous_text: bool
-    def __init__(self, language: _Optional[str] = ..., task: _Optional[_Union[Task, str]] = ..., word_timestamps: _Optional[bool] = ..., temperatures: _Optional[_Iterable[float]] = ..., condition_on_previous_text: _Optional[bool] = ...) -> None: ...
+    beam_size: int
+    best_of: int
+    patience: float
+    length_penalty: float
+    initial_prompt: str
+    prefix: str
+    hotwords: str
+    suppress_tokens: TokenIds
+    suppress_blank: bool
+    without_timestamps: bool
+    max_initial_timestamp: float
+    compression_ratio_threshold: Threshold
+    logprob_threshold: Threshold
+    no_speech_threshold: Threshold
+    hallucination_silence_threshold: float
+    clip_timestamps: _containers.RepeatedScalarFieldContainer[float]
+    prepend_punctuations: str
+    append_punctuations: str
+    def __init__(self, language: _Optional[str] = ..., task: _Optional[_Union[Task, str]] = ..., word_timestamps: _Optional[bool] = ..., temperatures: _Optional[_Iterable[float]] = ..., condition_on_previous_text: _Optional[bool] = ..., beam_size: _Optional[int] = ..., best_of: _Optional[int] = ..., patience: _Optional[float] = ..., length_penalty: _Optional[float] = ..., initial_prompt: _Optional[str] = ..., prefix: _Optional[str] = ..., hotwords: _Optional[str] = ..., suppress_tokens: _Optional[_Union[TokenIds, _Mapping]] = ..., suppress_blank: _Optional[bool] = ..., without_timestamps: _Optional[bool] = ..., max_initial_timestamp: _Optional[float] = ..., compression_ratio_threshold: _Optional[_Union[Threshold, _Mapping]] = ..., logprob_threshold: _Optional[_Union[Threshold, _Mapping]] = ..., no_speech_threshold: _Optional[_Union[Threshold, _Mapping]] = ..., hallucination_silence_threshold: _Optional[float] = ..., clip_timestamps: _Optional[_Iterable[float]] = ..., prepend_punctuations: _Optional[str] = ..., append_punctuations: _Optional[str] = ...) -> None: ...
+
+class TokenIds(_message.Message):
+    __slots__ = ("ids",)
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class Threshold(_message.Message):
+    __slots__ = ("value", "off")
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    OFF_FIELD_NUMBER: _ClassVar[int]
+    value: float
+    off: bool
+    def __init__(self, value: _Optional[float] = ..., off: _Optional[bool] = ...) -> None: ...
 
 class AlignmentOptions(_message.Message):
     __slots__ = ("mode", "heads", "data_type")
@@ -245,7 +299,7 @@ class WindowStart(_message.Message):
     def __init__(self, window: _Optional[int] = ..., offset: _Optional[float] = ..., num_frames: _Optional[int] = ..., language: _Optional[str] = ...) -> None: ...
 
 class Token(_message.Message):
-    __slots__ = ("index", "id", "text", "logprob", "window", "temperature", "kind", "timestamp", "alignment")
+    __slots__ = ("index", "id", "text", "logprob", "window", "temperature", "kind", "timestamp", "alignment", "early")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
@@ -255,6 +309,7 @@ class Token(_message.Message):
     KIND_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     ALIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    EARLY_FIELD_NUMBER: _ClassVar[int]
     index: int
     id: int
     text: str
@@ -264,7 +319,8 @@ class Token(_message.Message):
     kind: TokenKind
     timestamp: float
     alignment: Tensor
-    def __init__(self, index: _Optional[int] = ..., id: _Optional[int] = ..., text: _Optional[str] = ..., logprob: _Optional[float] = ..., window: _Optional[int] = ..., temperature: _Optional[float] = ..., kind: _Optional[_Union[TokenKind, str]] = ..., timestamp: _Optional[float] = ..., alignment: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    early: bool
+    def __init__(self, index: _Optional[int] = ..., id: _Optional[int] = ..., text: _Optional[str] = ..., logprob: _Optional[float] = ..., window: _Optional[int] = ..., temperature: _Optional[float] = ..., kind: _Optional[_Union[TokenKind, str]] = ..., timestamp: _Optional[float] = ..., alignment: _Optional[_Union[Tensor, _Mapping]] = ..., early: _Optional[bool] = ...) -> None: ...
 
 class WindowDiscarded(_message.Message):
     __slots__ = ("window", "temperature", "reason")
