@@ -1,12 +1,14 @@
 """Render docs/benchmarks.md from the newest result file of each benchmark.
 
-    python -m benchmarks.render            # rewrite docs/benchmarks.md
-    python -m benchmarks.render --check    # exit 1 if the page is out of date
+    python -m benchmarks.render            # rewrite docs/benchmarks.md (and README's table)
+    python -m benchmarks.render --check    # exit 1 if either is out of date
 
 One section per benchmark (benchmarks/results/<name>/, its newest <UTC time>.json), with the
 command that produced it, when, the commit, the settings and one table per figure group; the
 machine is stated once at the top (and a section names what differs where a run came from
-another machine). tests/test_docs.py checks that the page equals what this renders.
+another machine). README.md's one results table (the newest decode run, end to end) is
+written between its BEGIN and END marker lines, when it has them. tests/test_docs.py checks
+that both equal what this renders.
 """
 
 from __future__ import annotations
@@ -20,6 +22,11 @@ from pathlib import Path
 from benchmarks.results import RESULTS, ROOT, Run, latest, load
 
 PAGE = ROOT / "docs" / "benchmarks.md"
+README = ROOT / "README.md"
+# README.md's results table lives between these two lines (when README has them).
+BEGIN = "<!-- results: begin (python -m benchmarks.render writes this table) -->"
+END = "<!-- results: end -->"
+END_TO_END = "end to end: file bytes -> text"
 # The sections come in this order; other benchmarks follow alphabetically.
 ORDER = ("decode", "service", "longform", "longform_vad", "streaming", "startup", "wer", "scale")
 ORDER += ("live_page", "soak")
@@ -162,6 +169,47 @@ def render(files: Mapping[str, Path]) -> str:
     return "\n".join(lines)
 
 
+def summary(files: Mapping[str, Path]) -> str:
+    """README's one results table: the newest decode run's end to end figures, its machine
+    and its command."""
+    run = load(files["decode"]) if "decode" in files else None
+    if run is None or END_TO_END not in run.figures:
+        return "No results yet: run `python -m benchmarks.decode`.\n"
+    m, c, st = run.machine, run.ceilings, run.settings
+    flags = ", ".join(
+        f for f, on in m.flags.items() if on and f in ("avx2", "avx512f", "avx512_bf16", "amx_tile")
+    )
+    ceilings = (
+        f"; fp32 matmul {c.fp32_gflops:g} GFLOP/s, memory {c.memory_gbps:g} GB/s" if c else ""
+    )
+    lines = [
+        f"{st.get('model')} on {st.get('clip')} ({st.get('audio seconds')} s), file bytes in, "
+        f"text out, {st.get('threads')} threads, median of {st.get('repeats')}; "
+        f"{m.cpu} ({flags}), {m.cores} cores{ceilings}; load average {m.load_average:g}; "
+        f"{run.timestamp[:10]}, `{run.command}`:",
+        "",
+    ]
+    rows = run.figures[END_TO_END]
+    lines += table(
+        ["", "seconds", "vs ours", "same text"],
+        ([r["case"], r["seconds"], r["vs ours"], r["same text as ours"]] for r in rows),
+    )
+    lines += [
+        "",
+        "Every benchmark, its machine and settings: [docs/benchmarks.md](docs/benchmarks.md).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def splice(text: str, block: str) -> str | None:
+    """`text` with what lies between BEGIN and END replaced by `block`; None without them."""
+    if BEGIN not in text or END not in text:
+        return None
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{BEGIN}\n{block}{END}{tail}"
+
+
 def anchor(title: str) -> str:
     """GitHub's anchor for a heading."""
     keep = "".join(c for c in title.lower() if c.isalnum() or c in " -_")
@@ -172,15 +220,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, default=RESULTS, help="the results folder")
     parser.add_argument("--out", type=Path, default=PAGE, help="the page (docs/benchmarks.md)")
-    parser.add_argument("--check", action="store_true", help="exit 1 if the page is stale")
+    parser.add_argument("--readme", type=Path, default=README, help="README with the markers")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a page is stale")
     args = parser.parse_args(argv)
-    text = render(latest(args.results) if args.results.is_dir() else {})
+    files = latest(args.results)
+    pages = {args.out: render(files)}
+    if args.readme.is_file():
+        spliced = splice(args.readme.read_text(), summary(files))
+        if spliced is not None:
+            pages[args.readme] = spliced
+    stale = [p for p, text in pages.items() if not p.is_file() or p.read_text() != text]
     if args.check:
-        if not args.out.is_file() or args.out.read_text() != text:
-            print(f"{args.out} is out of date: python -m benchmarks.render", file=sys.stderr)
-            return 1
-        return 0
-    args.out.write_text(text)
+        for p in stale:
+            print(f"{p} is out of date: python -m benchmarks.render", file=sys.stderr)
+        return 1 if stale else 0
+    for p in stale:
+        p.write_text(pages[p])
     return 0
 
 

@@ -152,6 +152,17 @@ def test_mark_must_precede_a_runnable_block(tmp_path: Path) -> None:
 
 
 def test_benchmarks_page_is_current() -> None:
-    """docs/benchmarks.md is what `python -m benchmarks.render` makes of the results files."""
-    expected = render.render(latest(RESULTS))
-    assert render.PAGE.read_text() == expected, "stale: run `python -m benchmarks.render`"
+    """docs/benchmarks.md, and README's results table when README has its markers, are what
+    `python -m benchmarks.render` makes of the newest results files."""
+    files = latest(RESULTS)
+    stale = "stale: run `python -m benchmarks.render`"
+    assert render.PAGE.read_text() == render.render(files), stale
+    readme = render.README.read_text()
+    spliced = render.splice(readme, render.summary(files))
+    assert spliced is None or spliced == readme, stale
+
+
+def test_splice_replaces_only_the_marked_block() -> None:
+    text = f"a\n{render.BEGIN}\nold\n{render.END}\nb\n"
+    assert render.splice(text, "new\n") == f"a\n{render.BEGIN}\nnew\n{render.END}\nb\n"
+    assert render.splice("no markers\n", "new\n") is None
