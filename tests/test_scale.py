@@ -1,0 +1,201 @@
+"""Three real `xattn.service` processes on loopback, behind the real HAProxy (deploy/haproxy/)
+and separately behind the client's own `round_robin`, under a bounded load of concurrent
+StreamTranscribe and Transcribe calls; in the middle one replica gets SIGTERM (it drains)
+and, once it has calls in flight, another gets SIGKILL.
+
+What must hold: every call ends (deadlines, a join timeout: nothing hangs); every call that
+succeeds has the transcript an unloaded replica gives; every Transcribe succeeds (a unary
+call in flight on the killed replica has had no response yet, so gRPC's retry policy of
+xattn.clients.api sends it again, to a live replica); the only failures are streams that
+had already received events (a stream is not replayed once it has started) and were in
+flight on the killed replica when it died (HAProxy's log names the server of each call by
+its x-request-id; for round_robin: in flight at the kill, and no more than the killed
+replica's calls in flight then); the drained replica exits 0; through HAProxy no call is
+sent to the draining replica later than its health checks take to see it (1.25 s).
+
+The numbers (calls, outcomes by status, p50/p99 before and after the faults) are printed
+(`pytest -s`). CPU-heavy: tiny.en, one worker and one torch thread a replica, 7 s of audio,
+14 calls a scenario from 3 client threads.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from benchmarks.replicas import Balancer, Replicas
+from benchmarks.scale_load import Load, Outcome, call, summary
+from xattn.clients.api import connect, open_channel
+from xattn.v1 import transcriber_pb2_grpc
+
+ROOT = Path(__file__).resolve().parent.parent
+HELLO = ROOT / "samples" / "hello.wav"
+CALLS, CLIENTS = 14, 3
+# deploy/haproxy/haproxy.cfg: checks every 1 s (inter), 250 ms after a failed one, DOWN after 2
+DOWN_WITHIN = 1.25
+LOG_LINE = re.compile(
+    r"\[(?P<date>\d\d/\w{3}/\d{4}:\d\d:\d\d:\d\d\.\d{3})\] grpc xattn/(?P<server>\S+) "
+    r"\S+ (?P<status>\d+) .*\{(?P<rid>[^}]*)\}"
+)
+
+pytestmark = pytest.mark.skipif(Balancer.binary() is None, reason="haproxy is not installed")
+
+
+@pytest.fixture(scope="module")
+def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicas]:
+    with Replicas(3, tmp_path_factory.mktemp("replicas")) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def expected(replicas: Replicas) -> str:
+    """The transcript of hello.wav from each replica, unloaded (they must agree)."""
+    data = HELLO.read_bytes()
+    texts = set()
+    for address in replicas.addresses():
+        with grpc.insecure_channel(address) as channel:
+            stub = transcriber_pb2_grpc.TranscriberStub(channel)
+            outcome = call(stub, "unary", data, "warm-up", timeout=120)
+        assert outcome.status == "OK", outcome.detail
+        texts.add(outcome.text)
+    assert len(texts) == 1, texts
+    text = texts.pop()
+    assert "Cross attention shows where the model listens." in text
+    return text
+
+
+def faults(load: Load, replicas: Replicas, busy: Callable[[int], bool]) -> dict[str, object]:
+    """After 3 calls: SIGTERM replica 0 once it has a call in flight, then SIGKILL replica 1
+    once it has one; the times and the calls in flight at each."""
+    try:
+        load.wait_for(lambda ld: len(ld.outcomes) >= CLIENTS, 240)
+        load.wait_for(lambda ld: busy(0), 120)
+        term = {"at": time.monotonic(), "wall": time.time(), "in flight": load.in_flight()}
+        replicas.signal(0, signal.SIGTERM)
+        load.wait_for(lambda ld: busy(1), 120)
+        kill = {"at": time.monotonic(), "in flight": load.in_flight()}
+        kill["busy"] = replicas.counters(1)
+        replicas.signal(1, signal.SIGKILL)
+    except BaseException:
+        load.stop()
+        load.join(timeout=300)
+        raise
+    return {"term": term, "kill": kill}
+
+
+def check_outcomes(outcomes: list[Outcome], expected: str, kill_at: float) -> list[Outcome]:
+    """The rules every scenario shares; the failed calls."""
+    assert len(outcomes) == CALLS
+    failed = [o for o in outcomes if o.status != "OK"]
+    for o in outcomes:
+        if o.status == "OK":
+            assert o.text == expected, o
+    for o in failed:
+        assert o.kind == "stream", f"a unary call failed (it should have been retried): {o}"
+        assert o.events >= 1, f"a stream failed before its first event (not retried): {o}"
+        assert o.start < kill_at < o.end, f"a call failed that was not in flight at the kill: {o}"
+        assert o.status in ("UNAVAILABLE", "INTERNAL", "UNKNOWN"), o
+    return failed
+
+
+def report(name: str, outcomes: list[Outcome], times: dict[str, dict]) -> dict[str, object]:
+    term_at, kill_at = times["term"]["at"], times["kill"]["at"]
+    numbers = {
+        "all": summary(outcomes),
+        "before the faults (ended before SIGTERM)": summary(
+            [o for o in outcomes if o.end < term_at]
+        ),
+        "after the faults (started after SIGKILL)": summary(
+            [o for o in outcomes if o.start > kill_at]
+        ),
+    }
+    print(f"\n{name}: {json.dumps(numbers, indent=1)}")
+    return numbers
+
+
+def test_connect_several_servers(replicas: Replicas) -> None:
+    """The client library: `host:port,host:port,...` spreads calls over every server."""
+    before = [replicas.counters(i).get("finished", 0) for i in range(3)]
+    addresses = ",".join(a.replace("127.0.0.1", "localhost") for a in replicas.addresses())
+    with connect(addresses, timeout=30) as client:  # the library's default options
+        texts = {client.transcribe(HELLO, language="en", alignment="none").text for _ in range(4)}
+    assert len(texts) == 1 and texts.pop().endswith("where the model listens."), texts
+    time.sleep(0.3)  # the stats files: every 0.1 s
+    after = [replicas.counters(i).get("finished", 0) for i in range(3)]
+    served = [b - a for a, b in zip(before, after, strict=True)]
+    # round_robin: each call on the next ready server (the first may find only one ready)
+    assert sum(served) == 4 and min(served) >= 1, served
+    with open_channel(replicas.target()) as channel:  # a gRPC target passes through
+        grpc.channel_ready_future(channel).result(timeout=30)
+
+
+def test_behind_haproxy(replicas: Replicas, expected: str, tmp_path: Path) -> None:
+    with Balancer(replicas.ports, tmp_path) as lb:
+
+        def busy(i: int) -> bool:
+            return int(lb.servers().get(f"r{i}", {}).get("scur") or 0) > 0
+
+        load = Load(lb.address, HELLO.read_bytes(), CLIENTS, CALLS).start()
+        times = faults(load, replicas, busy)
+        outcomes = load.join(timeout=300)
+        assert replicas.procs[0].wait(30) == 0  # drained, then exited 0
+        down = lb.servers()
+        assert down["r0"]["status"] != "UP" and down["r1"]["status"] != "UP", down
+        lines = [m for line in lb.log_lines() if (m := LOG_LINE.search(line))]
+    numbers = report("HAProxy", outcomes, times)
+    attempts = Counter(m["rid"] for m in lines)
+    numbers["calls HAProxy saw more than once (retried by the client)"] = sorted(
+        rid for rid, n in attempts.items() if n > 1
+    )
+    numbers["calls on the killed replica"] = sorted(
+        {m["rid"] for m in lines if m["server"] == "r1"}
+    )
+    numbers["calls in flight at SIGTERM, SIGKILL"] = [
+        times["term"]["in flight"],
+        times["kill"]["in flight"],
+    ]
+    print(json.dumps(numbers))
+    kill_at = times["kill"]["at"]
+    failed = check_outcomes(outcomes, expected, kill_at)
+    served_by = {m["rid"]: m["server"] for m in lines}
+    assert set(served_by) >= {o.rid for o in outcomes}, "a call missing from HAProxy's log"
+    for o in failed:
+        assert served_by[o.rid] == "r1", f"{o.rid} failed on {served_by[o.rid]}, not the killed r1"
+    # no call accepted by r0 later than its health checks take to mark it DOWN after its
+    # SIGTERM (HAProxy's date is local wall-clock time, to the millisecond; 0.5 s of slack)
+    limit = times["term"]["wall"] + DOWN_WITHIN + 0.5
+    for m in lines:
+        accepted = time.mktime(time.strptime(m["date"][:-4], "%d/%b/%Y:%H:%M:%S"))
+        accepted += int(m["date"][-3:]) / 1000
+        if m["server"] == "r0":
+            assert accepted < limit, f"call {m['rid']} sent to the draining replica at {m['date']}"
+
+
+def test_client_round_robin(replicas: Replicas, expected: str) -> None:
+    replicas.start()  # brings back the two replicas the previous test stopped
+
+    def busy(i: int) -> bool:
+        return replicas.counters(i).get("in_flight", 0) > 0
+
+    load = Load(replicas.target(), HELLO.read_bytes(), CLIENTS, CALLS).start()
+    times = faults(load, replicas, busy)
+    outcomes = load.join(timeout=300)
+    assert replicas.procs[0].wait(30) == 0
+    numbers = report("round_robin", outcomes, times)
+    numbers["calls in flight at SIGTERM, SIGKILL"] = [
+        times["term"]["in flight"],
+        times["kill"]["in flight"],
+    ]
+    numbers["killed replica's counters 0.1 s before"] = times["kill"]["busy"]
+    print(json.dumps(numbers))
+    failed = check_outcomes(outcomes, expected, times["kill"]["at"])
+    # the stats file is at most 0.1 s old: what it held in flight, give or take one call
+    assert len(failed) <= times["kill"]["busy"].get("in_flight", 0) + 1, failed
