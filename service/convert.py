@@ -4,6 +4,7 @@ xattn.v1 messages. Pure functions and small stateful shapers; no gRPC, no thread
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from xattn.model.results import (
     WindowStart,
 )
 from xattn.model.streaming import LiveOptions, LiveResult
+from xattn.model.vad import VadOptions
 from xattn.service.engine import Event, Limits, Timings
 from xattn.service.rows import RowSpec
 from xattn.v1 import transcriber_pb2 as pb
@@ -110,7 +112,21 @@ def decode_options(options: pb.TranscriptionOptions, return_attention: bool) -> 
         best_of=optional(options, "best_of", SERVICE_BEST_OF),
         patience=optional(options, "patience"),
         length_penalty=optional(options, "length_penalty"),
+        vad_filter=options.vad_filter,
+        vad_options=vad_options(options.vad_options) if options.HasField("vad_options") else None,
+        batch_size=optional(options, "batch_size"),
     )
+
+
+def vad_options(msg: pb.VadOptions, base: VadOptions | None = None) -> VadOptions:
+    """VadOptions message -> VadOptions: set fields over `base` (OptionsError out of range)."""
+    names = [f.name for f in msg.DESCRIPTOR.fields if msg.HasField(f.name)]
+    result = dataclasses.replace(base or VadOptions(), **{n: getattr(msg, n) for n in names})
+    try:
+        result.check()
+    except ValueError as e:
+        raise OptionsError(str(e)) from None
+    return result
 
 
 def optional(options: pb.TranscriptionOptions, name: str, default: T | None = None) -> T | None:
@@ -156,6 +172,10 @@ def window_start(event: WindowStart) -> pb.WindowStart:
         offset=event.offset,
         num_frames=event.num_frames,
         language=event.language,
+        clock=[
+            pb.FrameSpan(first_frame=p.first, num_frames=p.count, start=p.start)
+            for p in event.clock
+        ],
     )
 
 
@@ -190,6 +210,8 @@ def transcript(result: Transcript) -> pb.Transcript:
         language=result.language,
         segments=[segment(s) for s in result.segments],
         duration=result.duration,
+        speech=[pb.TimeSpan(start=s.start, end=s.end) for s in result.speech or ()],
+        vad_filtered=result.speech is not None,
     )
 
 

@@ -182,3 +182,26 @@ def test_bad_vad_options_are_refused(vad_options: VadOptions, message: str) -> N
     options = DecodeOptions(vad_filter=True, vad_options=vad_options)
     with pytest.raises(OptionsError, match=message):
         pipeline("tiny.en").validate(options)
+
+
+def test_proto_options_and_events_convert() -> None:
+    from xattn.model.results import FrameSpan, TimeSpan
+    from xattn.service import convert
+    from xattn.v1 import transcriber_pb2 as pb
+
+    msg = pb.TranscriptionOptions(vad_filter=True, batch_size=8)
+    msg.vad_options.min_silence_duration_ms = 500
+    options = convert.decode_options(msg, return_attention=False)
+    assert options.vad_filter and options.batch_size == 8
+    assert options.vad_options == VadOptions(min_silence_duration_ms=500)
+    msg.vad_options.threshold = 1.5
+    with pytest.raises(OptionsError, match="vad_options.threshold"):
+        convert.decode_options(msg, return_attention=False)
+    start = WindowStart(0, 1.0, 150, "en", clock=(FrameSpan(0, 100, 1.0), FrameSpan(100, 50, 5.0)))
+    assert [(c.first_frame, c.num_frames, c.start) for c in convert.window_start(start).clock] == [
+        (0, 100, 1.0),
+        (100, 50, 5.0),
+    ]
+    done = convert.transcript(Transcript("", "en", (), 6.0, speech=(TimeSpan(1.0, 3.0),)))
+    assert done.vad_filtered and [(s.start, s.end) for s in done.speech] == [(1.0, 3.0)]
+    assert not convert.transcript(Transcript("", "en", (), 6.0)).vad_filtered

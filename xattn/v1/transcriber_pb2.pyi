@@ -39,6 +39,13 @@ class TokenKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TOKEN_KIND_TEXT: _ClassVar[TokenKind]
     TOKEN_KIND_TIMESTAMP: _ClassVar[TokenKind]
     TOKEN_KIND_END_OF_TEXT: _ClassVar[TokenKind]
+
+class SpeechEventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SPEECH_EVENT_TYPE_UNSPECIFIED: _ClassVar[SpeechEventType]
+    SPEECH_EVENT_TYPE_SPEECH_ACTIVITY_BEGIN: _ClassVar[SpeechEventType]
+    SPEECH_EVENT_TYPE_SPEECH_ACTIVITY_END: _ClassVar[SpeechEventType]
+    SPEECH_EVENT_TYPE_END_OF_SINGLE_UTTERANCE: _ClassVar[SpeechEventType]
 PCM_ENCODING_UNSPECIFIED: PcmEncoding
 PCM_ENCODING_INT16: PcmEncoding
 PCM_ENCODING_FLOAT32: PcmEncoding
@@ -57,6 +64,10 @@ TOKEN_KIND_UNSPECIFIED: TokenKind
 TOKEN_KIND_TEXT: TokenKind
 TOKEN_KIND_TIMESTAMP: TokenKind
 TOKEN_KIND_END_OF_TEXT: TokenKind
+SPEECH_EVENT_TYPE_UNSPECIFIED: SpeechEventType
+SPEECH_EVENT_TYPE_SPEECH_ACTIVITY_BEGIN: SpeechEventType
+SPEECH_EVENT_TYPE_SPEECH_ACTIVITY_END: SpeechEventType
+SPEECH_EVENT_TYPE_END_OF_SINGLE_UTTERANCE: SpeechEventType
 
 class GetModelInfoRequest(_message.Message):
     __slots__ = ()
@@ -203,7 +214,7 @@ class Pcm(_message.Message):
     def __init__(self, data: _Optional[bytes] = ..., sample_rate: _Optional[int] = ..., encoding: _Optional[_Union[PcmEncoding, str]] = ..., channels: _Optional[int] = ...) -> None: ...
 
 class TranscriptionOptions(_message.Message):
-    __slots__ = ("language", "task", "word_timestamps", "temperatures", "condition_on_previous_text", "beam_size", "best_of", "patience", "length_penalty", "initial_prompt", "prefix", "hotwords", "suppress_tokens", "suppress_blank", "without_timestamps", "max_initial_timestamp", "compression_ratio_threshold", "logprob_threshold", "no_speech_threshold", "hallucination_silence_threshold", "clip_timestamps", "prepend_punctuations", "append_punctuations")
+    __slots__ = ("language", "task", "word_timestamps", "temperatures", "condition_on_previous_text", "beam_size", "best_of", "patience", "length_penalty", "initial_prompt", "prefix", "hotwords", "suppress_tokens", "suppress_blank", "without_timestamps", "max_initial_timestamp", "compression_ratio_threshold", "logprob_threshold", "no_speech_threshold", "hallucination_silence_threshold", "clip_timestamps", "prepend_punctuations", "append_punctuations", "vad_filter", "vad_options", "batch_size")
     LANGUAGE_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
     WORD_TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
@@ -227,6 +238,9 @@ class TranscriptionOptions(_message.Message):
     CLIP_TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
     PREPEND_PUNCTUATIONS_FIELD_NUMBER: _ClassVar[int]
     APPEND_PUNCTUATIONS_FIELD_NUMBER: _ClassVar[int]
+    VAD_FILTER_FIELD_NUMBER: _ClassVar[int]
+    VAD_OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     language: str
     task: Task
     word_timestamps: bool
@@ -250,7 +264,44 @@ class TranscriptionOptions(_message.Message):
     clip_timestamps: _containers.RepeatedScalarFieldContainer[float]
     prepend_punctuations: str
     append_punctuations: str
-    def __init__(self, language: _Optional[str] = ..., task: _Optional[_Union[Task, str]] = ..., word_timestamps: _Optional[bool] = ..., temperatures: _Optional[_Iterable[float]] = ..., condition_on_previous_text: _Optional[bool] = ..., beam_size: _Optional[int] = ..., best_of: _Optional[int] = ..., patience: _Optional[float] = ..., length_penalty: _Optional[float] = ..., initial_prompt: _Optional[str] = ..., prefix: _Optional[str] = ..., hotwords: _Optional[str] = ..., suppress_tokens: _Optional[_Union[TokenIds, _Mapping]] = ..., suppress_blank: _Optional[bool] = ..., without_timestamps: _Optional[bool] = ..., max_initial_timestamp: _Optional[float] = ..., compression_ratio_threshold: _Optional[_Union[Threshold, _Mapping]] = ..., logprob_threshold: _Optional[_Union[Threshold, _Mapping]] = ..., no_speech_threshold: _Optional[_Union[Threshold, _Mapping]] = ..., hallucination_silence_threshold: _Optional[float] = ..., clip_timestamps: _Optional[_Iterable[float]] = ..., prepend_punctuations: _Optional[str] = ..., append_punctuations: _Optional[str] = ...) -> None: ...
+    vad_filter: bool
+    vad_options: VadOptions
+    batch_size: int
+    def __init__(self, language: _Optional[str] = ..., task: _Optional[_Union[Task, str]] = ..., word_timestamps: _Optional[bool] = ..., temperatures: _Optional[_Iterable[float]] = ..., condition_on_previous_text: _Optional[bool] = ..., beam_size: _Optional[int] = ..., best_of: _Optional[int] = ..., patience: _Optional[float] = ..., length_penalty: _Optional[float] = ..., initial_prompt: _Optional[str] = ..., prefix: _Optional[str] = ..., hotwords: _Optional[str] = ..., suppress_tokens: _Optional[_Union[TokenIds, _Mapping]] = ..., suppress_blank: _Optional[bool] = ..., without_timestamps: _Optional[bool] = ..., max_initial_timestamp: _Optional[float] = ..., compression_ratio_threshold: _Optional[_Union[Threshold, _Mapping]] = ..., logprob_threshold: _Optional[_Union[Threshold, _Mapping]] = ..., no_speech_threshold: _Optional[_Union[Threshold, _Mapping]] = ..., hallucination_silence_threshold: _Optional[float] = ..., clip_timestamps: _Optional[_Iterable[float]] = ..., prepend_punctuations: _Optional[str] = ..., append_punctuations: _Optional[str] = ..., vad_filter: _Optional[bool] = ..., vad_options: _Optional[_Union[VadOptions, _Mapping]] = ..., batch_size: _Optional[int] = ...) -> None: ...
+
+class VadOptions(_message.Message):
+    __slots__ = ("threshold", "neg_threshold", "min_speech_duration_ms", "max_speech_duration_s", "min_silence_duration_ms", "speech_pad_ms")
+    THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    NEG_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    MIN_SPEECH_DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_SPEECH_DURATION_S_FIELD_NUMBER: _ClassVar[int]
+    MIN_SILENCE_DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    SPEECH_PAD_MS_FIELD_NUMBER: _ClassVar[int]
+    threshold: float
+    neg_threshold: float
+    min_speech_duration_ms: int
+    max_speech_duration_s: float
+    min_silence_duration_ms: int
+    speech_pad_ms: int
+    def __init__(self, threshold: _Optional[float] = ..., neg_threshold: _Optional[float] = ..., min_speech_duration_ms: _Optional[int] = ..., max_speech_duration_s: _Optional[float] = ..., min_silence_duration_ms: _Optional[int] = ..., speech_pad_ms: _Optional[int] = ...) -> None: ...
+
+class TimeSpan(_message.Message):
+    __slots__ = ("start", "end")
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    start: float
+    end: float
+    def __init__(self, start: _Optional[float] = ..., end: _Optional[float] = ...) -> None: ...
+
+class FrameSpan(_message.Message):
+    __slots__ = ("first_frame", "num_frames", "start")
+    FIRST_FRAME_FIELD_NUMBER: _ClassVar[int]
+    NUM_FRAMES_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    first_frame: int
+    num_frames: int
+    start: float
+    def __init__(self, first_frame: _Optional[int] = ..., num_frames: _Optional[int] = ..., start: _Optional[float] = ...) -> None: ...
 
 class TokenIds(_message.Message):
     __slots__ = ("ids",)
@@ -287,16 +338,18 @@ class Tensor(_message.Message):
     def __init__(self, shape: _Optional[_Iterable[int]] = ..., data_type: _Optional[_Union[DataType, str]] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class WindowStart(_message.Message):
-    __slots__ = ("window", "offset", "num_frames", "language")
+    __slots__ = ("window", "offset", "num_frames", "language", "clock")
     WINDOW_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     NUM_FRAMES_FIELD_NUMBER: _ClassVar[int]
     LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    CLOCK_FIELD_NUMBER: _ClassVar[int]
     window: int
     offset: float
     num_frames: int
     language: str
-    def __init__(self, window: _Optional[int] = ..., offset: _Optional[float] = ..., num_frames: _Optional[int] = ..., language: _Optional[str] = ...) -> None: ...
+    clock: _containers.RepeatedCompositeFieldContainer[FrameSpan]
+    def __init__(self, window: _Optional[int] = ..., offset: _Optional[float] = ..., num_frames: _Optional[int] = ..., language: _Optional[str] = ..., clock: _Optional[_Iterable[_Union[FrameSpan, _Mapping]]] = ...) -> None: ...
 
 class Token(_message.Message):
     __slots__ = ("index", "id", "text", "logprob", "window", "temperature", "kind", "timestamp", "alignment", "early")
@@ -371,16 +424,20 @@ class Segment(_message.Message):
     def __init__(self, id: _Optional[int] = ..., window: _Optional[int] = ..., start: _Optional[float] = ..., end: _Optional[float] = ..., text: _Optional[str] = ..., tokens: _Optional[_Iterable[int]] = ..., temperature: _Optional[float] = ..., avg_logprob: _Optional[float] = ..., compression_ratio: _Optional[float] = ..., no_speech_prob: _Optional[float] = ..., words: _Optional[_Iterable[_Union[Word, _Mapping]]] = ...) -> None: ...
 
 class Transcript(_message.Message):
-    __slots__ = ("text", "language", "segments", "duration")
+    __slots__ = ("text", "language", "segments", "duration", "speech", "vad_filtered")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     LANGUAGE_FIELD_NUMBER: _ClassVar[int]
     SEGMENTS_FIELD_NUMBER: _ClassVar[int]
     DURATION_FIELD_NUMBER: _ClassVar[int]
+    SPEECH_FIELD_NUMBER: _ClassVar[int]
+    VAD_FILTERED_FIELD_NUMBER: _ClassVar[int]
     text: str
     language: str
     segments: _containers.RepeatedCompositeFieldContainer[Segment]
     duration: float
-    def __init__(self, text: _Optional[str] = ..., language: _Optional[str] = ..., segments: _Optional[_Iterable[_Union[Segment, _Mapping]]] = ..., duration: _Optional[float] = ...) -> None: ...
+    speech: _containers.RepeatedCompositeFieldContainer[TimeSpan]
+    vad_filtered: bool
+    def __init__(self, text: _Optional[str] = ..., language: _Optional[str] = ..., segments: _Optional[_Iterable[_Union[Segment, _Mapping]]] = ..., duration: _Optional[float] = ..., speech: _Optional[_Iterable[_Union[TimeSpan, _Mapping]]] = ..., vad_filtered: _Optional[bool] = ...) -> None: ...
 
 class WindowAlignment(_message.Message):
     __slots__ = ("window", "offset", "num_frames", "token_indices", "token_ids", "matrix")
@@ -429,7 +486,7 @@ class StreamingRecognizeRequest(_message.Message):
     def __init__(self, config: _Optional[_Union[StreamingRecognitionConfig, _Mapping]] = ..., audio_content: _Optional[bytes] = ...) -> None: ...
 
 class StreamingRecognitionConfig(_message.Message):
-    __slots__ = ("encoding", "sample_rate", "channels", "language", "interim_results", "alignment", "policy")
+    __slots__ = ("encoding", "sample_rate", "channels", "language", "interim_results", "alignment", "policy", "vad", "single_utterance", "vad_options")
     ENCODING_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_RATE_FIELD_NUMBER: _ClassVar[int]
     CHANNELS_FIELD_NUMBER: _ClassVar[int]
@@ -437,6 +494,9 @@ class StreamingRecognitionConfig(_message.Message):
     INTERIM_RESULTS_FIELD_NUMBER: _ClassVar[int]
     ALIGNMENT_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
+    VAD_FIELD_NUMBER: _ClassVar[int]
+    SINGLE_UTTERANCE_FIELD_NUMBER: _ClassVar[int]
+    VAD_OPTIONS_FIELD_NUMBER: _ClassVar[int]
     encoding: PcmEncoding
     sample_rate: int
     channels: int
@@ -444,7 +504,10 @@ class StreamingRecognitionConfig(_message.Message):
     interim_results: bool
     alignment: AlignmentOptions
     policy: LivePolicy
-    def __init__(self, encoding: _Optional[_Union[PcmEncoding, str]] = ..., sample_rate: _Optional[int] = ..., channels: _Optional[int] = ..., language: _Optional[str] = ..., interim_results: _Optional[bool] = ..., alignment: _Optional[_Union[AlignmentOptions, _Mapping]] = ..., policy: _Optional[_Union[LivePolicy, _Mapping]] = ...) -> None: ...
+    vad: bool
+    single_utterance: bool
+    vad_options: VadOptions
+    def __init__(self, encoding: _Optional[_Union[PcmEncoding, str]] = ..., sample_rate: _Optional[int] = ..., channels: _Optional[int] = ..., language: _Optional[str] = ..., interim_results: _Optional[bool] = ..., alignment: _Optional[_Union[AlignmentOptions, _Mapping]] = ..., policy: _Optional[_Union[LivePolicy, _Mapping]] = ..., vad: _Optional[bool] = ..., single_utterance: _Optional[bool] = ..., vad_options: _Optional[_Union[VadOptions, _Mapping]] = ...) -> None: ...
 
 class LivePolicy(_message.Message):
     __slots__ = ("commit_margin", "agreement")
@@ -455,12 +518,22 @@ class LivePolicy(_message.Message):
     def __init__(self, commit_margin: _Optional[float] = ..., agreement: _Optional[bool] = ...) -> None: ...
 
 class StreamingRecognizeResponse(_message.Message):
-    __slots__ = ("result", "done")
+    __slots__ = ("result", "done", "speech_event")
     RESULT_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
+    SPEECH_EVENT_FIELD_NUMBER: _ClassVar[int]
     result: StreamingRecognitionResult
     done: StreamingRecognizeDone
-    def __init__(self, result: _Optional[_Union[StreamingRecognitionResult, _Mapping]] = ..., done: _Optional[_Union[StreamingRecognizeDone, _Mapping]] = ...) -> None: ...
+    speech_event: SpeechEvent
+    def __init__(self, result: _Optional[_Union[StreamingRecognitionResult, _Mapping]] = ..., done: _Optional[_Union[StreamingRecognizeDone, _Mapping]] = ..., speech_event: _Optional[_Union[SpeechEvent, _Mapping]] = ...) -> None: ...
+
+class SpeechEvent(_message.Message):
+    __slots__ = ("type", "time")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    type: SpeechEventType
+    time: float
+    def __init__(self, type: _Optional[_Union[SpeechEventType, str]] = ..., time: _Optional[float] = ...) -> None: ...
 
 class StreamingRecognitionResult(_message.Message):
     __slots__ = ("is_final", "stability", "text", "tokens", "words", "buffer_offset", "audio_seconds")
@@ -497,7 +570,7 @@ class StreamingToken(_message.Message):
     def __init__(self, index: _Optional[int] = ..., id: _Optional[int] = ..., text: _Optional[str] = ..., logprob: _Optional[float] = ..., peak_time: _Optional[float] = ..., alignment: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
 
 class StreamingRecognizeDone(_message.Message):
-    __slots__ = ("text", "language", "audio_seconds", "final_results", "tokens", "decode_steps", "encode_seconds", "compute_seconds", "total_seconds")
+    __slots__ = ("text", "language", "audio_seconds", "final_results", "tokens", "decode_steps", "encode_seconds", "compute_seconds", "total_seconds", "speech_seconds", "skipped_decode_steps")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     LANGUAGE_FIELD_NUMBER: _ClassVar[int]
     AUDIO_SECONDS_FIELD_NUMBER: _ClassVar[int]
@@ -507,6 +580,8 @@ class StreamingRecognizeDone(_message.Message):
     ENCODE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     COMPUTE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     TOTAL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    SPEECH_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_DECODE_STEPS_FIELD_NUMBER: _ClassVar[int]
     text: str
     language: str
     audio_seconds: float
@@ -516,4 +591,6 @@ class StreamingRecognizeDone(_message.Message):
     encode_seconds: float
     compute_seconds: float
     total_seconds: float
-    def __init__(self, text: _Optional[str] = ..., language: _Optional[str] = ..., audio_seconds: _Optional[float] = ..., final_results: _Optional[int] = ..., tokens: _Optional[int] = ..., decode_steps: _Optional[int] = ..., encode_seconds: _Optional[float] = ..., compute_seconds: _Optional[float] = ..., total_seconds: _Optional[float] = ...) -> None: ...
+    speech_seconds: float
+    skipped_decode_steps: int
+    def __init__(self, text: _Optional[str] = ..., language: _Optional[str] = ..., audio_seconds: _Optional[float] = ..., final_results: _Optional[int] = ..., tokens: _Optional[int] = ..., decode_steps: _Optional[int] = ..., encode_seconds: _Optional[float] = ..., compute_seconds: _Optional[float] = ..., total_seconds: _Optional[float] = ..., speech_seconds: _Optional[float] = ..., skipped_decode_steps: _Optional[int] = ...) -> None: ...
