@@ -140,14 +140,19 @@ def page(
     audio: bytes | None = None,
     audio_name: str = "",
     live: str | None = None,
+    scripts: tuple[str, ...] = (),
+    extra: dict[str, Any] | None = None,
 ) -> str:
-    """The whole page. `live`: an SSE URL the page listens to for more events."""
+    """The whole page. `live`: an SSE URL the page listens to for more events. `scripts`:
+    more assets (JS, or CSS by suffix) run inside the inspector's scope after it, and
+    `extra` more config for them (e.g. the live microphone page, clients/bridge.py)."""
     config: dict[str, Any] = {
         "info": info.to_dict(),
         "heads": None if heads is None else [list(h) for h in heads],
         "events": events,
         "live": live,
         "audio": None,
+        **(extra or {}),
     }
     if audio:
         config["audio"] = {
@@ -155,7 +160,10 @@ def page(
             "mime": audio_mime(audio, audio_name),
             "b64": base64.b64encode(audio).decode(),
         }
-    js = "\n".join((ASSETS / name).read_text("utf-8") for name in ("heatmap.js", "inspector.js"))
+    names = ("heatmap.js", "inspector.js", *(s for s in scripts if s.endswith(".js")))
+    js = "\n".join((ASSETS / name).read_text("utf-8") for name in names)
+    css_names = ("inspector.css", *(s for s in scripts if s.endswith(".css")))
+    css = "\n".join((ASSETS / name).read_text("utf-8") for name in css_names)
     meta = (
         f"{html.escape(Path(audio_name).name)} · model {html.escape(info.name)} · "
         f"{info.n_text_layer} layers × {info.n_text_head} heads"
@@ -164,7 +172,7 @@ def page(
     replacements = {
         "{{TITLE}}": html.escape(f"xattn · {Path(audio_name).name or 'inspector'}"),
         "{{META}}": meta,
-        "{{CSS}}": (ASSETS / "inspector.css").read_text("utf-8"),
+        "{{CSS}}": css,
         "{{JS}}": "(function () {\n" + js + "\n})();",
         "{{DATA}}": _script_json(config),
     }

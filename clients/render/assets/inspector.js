@@ -163,8 +163,7 @@ function renderWindowSelect() {
 function renderTranscript() {
   const box = $("transcript"), win = currentWindow();
   box.replaceChildren();
-  if (!win) return;
-  win.tokens.forEach((t, r) => {
+  if (win) win.tokens.forEach((t, r) => {
     const span = document.createElement("span");
     span.className = `tok ${t.kind}${r === S.selected ? " selected" : ""}`;
     span.textContent = t.kind === "text" ? t.text : tokenLabel(t);
@@ -175,7 +174,7 @@ function renderTranscript() {
     span.onclick = () => playToken(r);
     box.append(span);
   });
-  if (S.interim && S.current === S.windows.length - 1) {
+  if (S.interim && (!win || S.current === S.windows.length - 1)) {  // live: before a final too
     const span = document.createElement("span");
     span.className = "interim"; span.id = "interim"; span.textContent = S.interim;
     span.title = "interim: not final yet, replaced by the next result";
