@@ -29,6 +29,7 @@ from typing import Any, Literal
 import grpc
 
 from xattn.clients.assemble import Assembler, decode_tensor
+from xattn.clients.balancing import RETRY_POLICY, channel_options, channel_target
 from xattn.clients.data import (
     Event,
     Finished,
@@ -42,6 +43,7 @@ from xattn.clients.data import (
     WindowStarted,
     Word,
 )
+from xattn.clients.options import OFF, Options
 from xattn.v1 import transcriber_pb2 as pb
 from xattn.v1 import transcriber_pb2_grpc
 
@@ -50,7 +52,10 @@ __all__ = [
     "Client",
     "Event",
     "Finished",
+    "OFF",
     "ModelInfo",
+    "Options",
+    "RETRY_POLICY",
     "Result",
     "Segment",
     "ServerError",
@@ -62,6 +67,7 @@ __all__ = [
     "Word",
     "XattnError",
     "connect",
+    "open_channel",
     "decode_tensor",
     "read_audio",
 ]
@@ -156,6 +162,8 @@ def model_info(msg: pb.GetModelInfoResponse) -> ModelInfo:
         frames_per_second=msg.alignment_frames_per_second or 50,
         compute_type=msg.compute_type,
         device=msg.device,
+        compute_exact=msg.compute_exact,
+        compute_note=msg.compute_note,
     )
 
 
@@ -213,8 +221,10 @@ class Client:
         alignment: Alignment = "mean",
         dtype: str = "float16",
         temperatures: Sequence[float] = (),
+        options: Options | None = None,
     ) -> Iterator[Event]:
-        """Yield events as the server streams them; the last is `Finished(result)`."""
+        """Yield events as the server streams them; the last is `Finished(result)`.
+        `options`: the rest of openai-whisper's and faster-whisper's options (Options)."""
         data = read_audio(audio)
         info = self.info()
         request = pb.StreamTranscribeRequest(
@@ -224,6 +234,8 @@ class Client:
             ),
             alignment=alignment_options(alignment, dtype),
         )
+        if options is not None:
+            options.apply(request.options)
         heads: list[Head] | None
         if alignment == "all":
             heads = [(la, h) for la in range(info.n_text_layer) for h in range(info.n_text_head)]
@@ -251,9 +263,12 @@ class Client:
         alignment: Alignment = "mean",
         dtype: str = "float16",
         temperatures: Sequence[float] = (),
+        options: Options | None = None,
     ) -> Result:
         """`stream_transcribe` to its end; the Result."""
-        events = self.stream_transcribe(audio, language, words, alignment, dtype, temperatures)
+        events = self.stream_transcribe(
+            audio, language, words, alignment, dtype, temperatures, options=options
+        )
         for event in events:
             if isinstance(event, Finished):
                 return event.result
@@ -292,24 +307,43 @@ def resolve_token(token: str | None, token_file: str | Path | None) -> str | Non
     return token
 
 
+def open_channel(address: str, ca_file: str | Path | None = None) -> grpc.Channel:
+    """A channel to one server or several (see `connect`), balanced by `round_robin`, with
+    gRPC's retries of UNAVAILABLE and RESOURCE_EXHAUSTED (`RETRY_POLICY`); not yet connected."""
+    where = channel_target(address)
+    options: list[tuple[str, Any]] = [
+        ("grpc.max_receive_message_length", -1),
+        ("grpc.max_send_message_length", -1),
+        *channel_options(),
+    ]
+    if where.authority:
+        options.append(("grpc.default_authority", where.authority))
+    if ca_file is not None:
+        credentials = grpc.ssl_channel_credentials(Path(ca_file).read_bytes())
+        return grpc.secure_channel(where.target, credentials, options=options)
+    return grpc.insecure_channel(where.target, options=options)
+
+
 def connect(
     address: str = "127.0.0.1:50051",
     ca_file: str | Path | None = None,
     timeout: float = 5.0,
     token: str | None = None,
 ) -> Client:
-    """Open a channel to `address` (host:port) and wait up to `timeout` s for it to connect.
+    """Open a channel to `address` and wait up to `timeout` s for it to connect.
 
-    With `ca_file` the channel is TLS, trusting that PEM CA bundle. With `token` every call
-    carries `authorization: Bearer <token>` (servers started with --auth-token). Raises
-    Unreachable.
+    `address`: `host:port`; several, comma-separated (`h1:50051,h2:50051`); or any gRPC
+    target (`dns:///xattn-headless.ns.svc:50051`, `ipv4:10.0.0.1:50051,10.0.0.2:50051`).
+    Calls are spread over every address by `round_robin`, and retried (on the next ready
+    address) on UNAVAILABLE and RESOURCE_EXHAUSTED before the first response, after the
+    server's pushback: see `RETRY_POLICY`. With `ca_file` the channel is TLS, trusting that
+    PEM CA bundle. With `token` every call carries `authorization: Bearer <token>` (servers
+    started with --auth-token). Raises Unreachable (also for an address that does not parse).
     """
-    options = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
-    if ca_file is not None:
-        credentials = grpc.ssl_channel_credentials(Path(ca_file).read_bytes())
-        channel = grpc.secure_channel(address, credentials, options=options)
-    else:
-        channel = grpc.insecure_channel(address, options=options)
+    try:
+        channel = open_channel(address, ca_file)
+    except ValueError as e:
+        raise Unreachable(address, str(e)) from e
     try:
         grpc.channel_ready_future(channel).result(timeout=timeout)
     except grpc.FutureTimeoutError as e:

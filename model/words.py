@@ -15,6 +15,8 @@ import numpy as np
 import torch
 
 from xattn.model.alignment import (
+    APPEND_PUNCTUATIONS,
+    PREPEND_PUNCTUATIONS,
     SegmentTokens,
     add_word_timestamps,
     find_alignment,
@@ -50,11 +52,14 @@ class WordAligner:
         language: str,
         time_offset: float,
         last_speech: float,
+        prepend: str = PREPEND_PUNCTUATIONS,
+        append: str = APPEND_PUNCTUATIONS,
     ) -> tuple[
         list[Piece], list[tuple[WordTiming, ...]], list[tuple[TokenTiming, ...]], float | None
     ]:
         """Pieces with snapped bounds, their words and token timings, and the new last speech
-        time (None when the window has no segments)."""
+        time (None when the window has no segments). Punctuation in `prepend` joins the next
+        word, in `append` the previous one."""
         tok = self.tokenizer
         if not pieces:
             return pieces, [], [], None
@@ -79,7 +84,12 @@ class WordAligner:
             SegmentTokens(p.start, p.end, tuple(t)) for p, t in zip(pieces, per_piece, strict=True)
         ]
         timed, last_end = add_word_timestamps(
-            segments, words, time_offset=time_offset, last_speech_timestamp=last_speech
+            segments,
+            words,
+            time_offset=time_offset,
+            last_speech_timestamp=last_speech,
+            prepend_punctuations=prepend,
+            append_punctuations=append,
         )
         bounds = np.cumsum([0] + [len(t) for t in per_piece])  # [n_pieces + 1]
         timings = [
