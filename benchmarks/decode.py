@@ -370,11 +370,14 @@ def main(argv: list[str] | None = None) -> None:
         f"xattn decode benchmark: {args.model} on {args.clip.name} ({len(audio) / 16000:.1f} s)"
         f", torch {torch.__version__}, {torch.get_num_threads()} threads, median of {repeats}"
     )
-    print(f"machine: {contention(args.threads)}")
-    figures: dict[str, object] = {"machine before": contention(args.threads)}
+    before = contention(args.threads)
+    print(f"machine: {before}")
+    figures: dict[str, object] = {"machine before": before}
 
     # 1. matmul ceiling
-    mm = matmul_gflops(repeats)
+    # bf16 only where the CPU has it natively (or the fast path uses it): emulated, one 2048
+    # square product took over 2 minutes on an AVX2-only host (torch 2.14)
+    mm = matmul_gflops(repeats, bf16=results.native_bf16() or "bf16" in fast.compute)
     ceiling = max(v for k, v in mm.items() if k.startswith("fp32"))
     gbps = memory_gbps(repeats)
     print("\n1. matmul (best of N)                         GFLOP/s")
@@ -398,7 +401,7 @@ def main(argv: list[str] | None = None) -> None:
         f"= {total / enc / 1e9 / ceiling:.0%} of the fp32 matmul ceiling ({ceiling:.0f})"
     )
     enc_fast = encoder_seconds(fast, mel, repeats)
-    bf16 = max(v for k, v in mm.items() if k.startswith("bf16"))
+    bf16 = max((v for k, v in mm.items() if k.startswith("bf16")), default=float("nan"))
     top = ("bf16", bf16) if "bf16" in fast.compute else ("fp32", ceiling)
     figures["encoder, one 30 s window"] = [
         {

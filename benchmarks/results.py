@@ -168,6 +168,13 @@ def machine() -> Machine:
 # --- the ceilings ------------------------------------------------------------------------------
 
 
+def native_bf16() -> bool:
+    """Whether the CPU computes bf16 natively (AVX-512 BF16 or AMX); elsewhere torch emulates
+    it, at a small fraction of fp32's speed."""
+    _, flags = _cpuinfo()
+    return bool(flags & {"avx512_bf16", "amx_bf16"})
+
+
 def best_seconds(fn: Callable[[], object], repeats: int, warmup: int = 1) -> float:
     """The shortest of `repeats` timed calls of `fn`, after `warmup` untimed ones."""
     for _ in range(warmup):
