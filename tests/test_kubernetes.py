@@ -1,0 +1,403 @@
+"""deploy/kubernetes/ (a kustomize base and the production overlay), offline.
+
+- Rendering: the overlay is kustomize's own format, rendered here by `render` (resources,
+  namespace, images, replicas and strategic-merge patches: the subset the files use) and,
+  where `kubectl` is installed, compared with `kubectl kustomize` (the real renderer);
+- every rendered document of base and overlay passes the Kubernetes API's JSON schemas in
+  strict mode (kubernetes-validate, Kubernetes 1.30 and its newest), and broken copies fail;
+- what no schema sees: probes point at a container port that exists, one handler each, an
+  exec probe's script is in the image; the Services select the pods and name their port; the
+  PodDisruptionBudget and the autoscaler point at the Deployment; the grace periods are
+  ordered (terminationGracePeriodSeconds > preStop + XATTN_GRACE); XATTN_* are real server
+  flags; non-root with the image's uid, read-only root filesystem with a writable /tmp;
+  memory limits above the measured peak RSS; the overlay's secret paths are the files
+  deploy/make_secrets.sh writes.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+KUBE = ROOT / "deploy" / "kubernetes"
+BASE, PRODUCTION = KUBE / "base", KUBE / "overlays" / "production"
+VERSIONS = ("1.30.0", kubernetes_validate.latest_version())
+MEASURED_PEAK_RSS = 1.4 * 2**30  # bytes: tiny.en, one worker, 8-16 streams (README)
+Doc = dict[str, Any]
+
+# strategic merge: lists of objects merge by these keys (Kubernetes' patchMergeKey)
+MERGE_KEYS = {
+    "containers": "name",
+    "initContainers": "name",
+    "env": "name",
+    "volumes": "name",
+    "volumeMounts": "mountPath",
+    "ports": "containerPort",
+}
+
+
+# --- a small kustomize ----------------------------------------------------------------------
+
+
+def merge(base: Any, patch: Any, key: str | None = None) -> Any:
+    """Strategic merge: maps recursively (a null value deletes the key), lists of objects
+    by their merge key, anything else replaced."""
+    if isinstance(base, dict) and isinstance(patch, dict):
+        out = dict(base)
+        for k, v in patch.items():
+            if v is None:
+                out.pop(k, None)
+            elif k in out:
+                out[k] = merge(out[k], v, k)
+            else:
+                out[k] = copy.deepcopy(v)
+        return out
+    if isinstance(base, list) and isinstance(patch, list) and key in MERGE_KEYS:
+        field = MERGE_KEYS[key]
+        out, new = [copy.deepcopy(item) for item in base], []
+        for item in patch:
+            match = next((i for i, b in enumerate(out) if b.get(field) == item.get(field)), None)
+            if match is None:
+                new.append(copy.deepcopy(item))
+            else:
+                out[match] = merge(out[match], item)
+        return new + out  # kustomize puts a patch's new items first
+    return copy.deepcopy(patch)
+
+
+def set_images(node: Any, images: list[dict[str, str]]) -> None:
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k == "image" and isinstance(v, str):
+                name, _, tag = v.partition(":")
+                for rule in images:
+                    if rule["name"] == name:
+                        new = rule.get("newName", name)
+                        node[k] = (
+                            f"{new}:{rule.get('newTag', tag)}" if tag or "newTag" in rule else new
+                        )
+            else:
+                set_images(v, images)
+    elif isinstance(node, list):
+        for item in node:
+            set_images(item, images)
+
+
+def render(folder: Path) -> list[Doc]:
+    """The documents `kubectl kustomize folder` prints (for the features these files use)."""
+    spec = yaml.safe_load((folder / "kustomization.yaml").read_text())
+    known = {"apiVersion", "kind", "namespace", "resources", "images", "replicas", "patches"}
+    assert set(spec) <= known, f"render() does not know {set(spec) - known}"
+    docs: list[Doc] = []
+    for resource in spec.get("resources", []):
+        path = folder / resource
+        if path.is_dir():
+            docs += render(path)
+        else:
+            docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
+    for entry in spec.get("patches", []):
+        patch = yaml.safe_load((folder / entry["path"]).read_text())
+        target = [
+            i
+            for i, d in enumerate(docs)
+            if d["kind"] == patch["kind"] and d["metadata"]["name"] == patch["metadata"]["name"]
+        ]
+        assert len(target) == 1, f"{entry['path']} patches {len(target)} documents"
+        docs[target[0]] = merge(docs[target[0]], patch)
+    for rule in spec.get("replicas", []):
+        for d in docs:
+            if d["metadata"]["name"] == rule["name"] and "replicas" in d.get("spec", {}):
+                d["spec"]["replicas"] = rule["count"]
+    set_images(docs, spec.get("images", []))
+    if "namespace" in spec:
+        for d in docs:
+            d["metadata"]["namespace"] = spec["namespace"]
+    return docs
+
+
+def by_kind(docs: list[Doc]) -> dict[tuple[str, str], Doc]:
+    return {(d["kind"], d["metadata"]["name"]): d for d in docs}
+
+
+@pytest.fixture(scope="module", params=["base", "production"])
+def rendered(request: pytest.FixtureRequest) -> dict[tuple[str, str], Doc]:
+    return by_kind(render(BASE if request.param == "base" else PRODUCTION))
+
+
+def deployment(docs: dict[tuple[str, str], Doc]) -> Doc:
+    return docs[("Deployment", "xattn-server")]
+
+
+def container(docs: dict[tuple[str, str], Doc]) -> Doc:
+    (server,) = deployment(docs)["spec"]["template"]["spec"]["containers"]
+    return server
+
+
+def env_of(c: Doc) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in c.get("env", [])}
+
+
+# --- rendering and the schemas --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("folder", [BASE, PRODUCTION], ids=["base", "production"])
+def test_render_matches_kubectl_kustomize(folder: Path) -> None:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed: render() alone is used")
+    done = subprocess.run(
+        [kubectl, "kustomize", str(folder)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert by_kind([d for d in yaml.safe_load_all(done.stdout) if d]) == by_kind(render(folder))
+
+
+def schema_errors(doc: Doc) -> list[str]:
+    errors = []
+    for version in VERSIONS:
+        try:
+            kubernetes_validate.validate(doc, version, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            errors.append(f"{version}: {e.message}")
+    return errors
+
+
+def test_every_document_passes_the_api_schemas(rendered: dict[tuple[str, str], Doc]) -> None:
+    kinds = sorted(kind for kind, _ in rendered)
+    assert kinds == sorted(
+        ["Deployment", "Service", "Service", "PodDisruptionBudget", "HorizontalPodAutoscaler"]
+    )
+    for key, doc in rendered.items():
+        assert schema_errors(doc) == [], key
+
+
+def _first_container(d: Doc) -> Doc:
+    return d["spec"]["template"]["spec"]["containers"][0]
+
+
+BREAKERS: dict[str, tuple[str, Callable[[Doc], None]]] = {
+    "replicas-as-text": ("Deployment", lambda d: d["spec"].update(replicas="three")),
+    "unknown-field": ("Deployment", lambda d: _first_container(d).update(imagePullPolicyy="Never")),
+    "grpc-probe-on-a-named-port": (
+        "Deployment",
+        lambda d: _first_container(d)["startupProbe"].update(grpc={"port": "grpc"}),
+    ),
+    "container-port-out-of-type": (
+        "Deployment",
+        lambda d: _first_container(d)["ports"][0].update(containerPort="50051/tcp"),
+    ),
+    "service-without-ports-list": ("Service", lambda d: d["spec"].update(ports={"port": 1})),
+    "autoscaler-target-as-text": (
+        "HorizontalPodAutoscaler",
+        lambda d: d["spec"]["metrics"][0]["resource"]["target"].update(averageUtilization="70%"),
+    ),
+    "autoscaler-without-target": (
+        "HorizontalPodAutoscaler",
+        lambda d: d["spec"].pop("scaleTargetRef"),
+    ),
+    "budget-with-a-list": (
+        "PodDisruptionBudget",
+        lambda d: d["spec"].update(maxUnavailable=[1]),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BREAKERS))
+def test_broken_copies_are_rejected(case: str) -> None:
+    kind, breaker = BREAKERS[case]
+    doc = copy.deepcopy(next(d for d in render(PRODUCTION) if d["kind"] == kind))
+    assert schema_errors(doc) == []
+    breaker(doc)
+    assert len(schema_errors(doc)) == len(VERSIONS), case
+
+
+# --- what no schema sees ----------------------------------------------------------------------
+
+
+def probe_problems(c: Doc) -> list[str]:
+    """Each probe: one handler; gRPC on a container port (by number: the kubelet's gRPC probe
+    takes no name); exec running a script the image has, within the probe's timeout."""
+    problems = []
+    ports = {p["containerPort"] for p in c.get("ports", [])}
+    for name in ("startupProbe", "readinessProbe", "livenessProbe"):
+        probe = c.get(name)
+        if probe is None:
+            problems.append(f"no {name}")
+            continue
+        handlers = [h for h in ("grpc", "exec", "httpGet", "tcpSocket") if h in probe]
+        if len(handlers) != 1:
+            problems.append(f"{name} has handlers {handlers}")
+            continue
+        if "grpc" in probe and probe["grpc"]["port"] not in ports:
+            problems.append(f"{name} probes port {probe['grpc']['port']}, not in {ports}")
+        if "exec" in probe:
+            command = probe["exec"]["command"]
+            script = next((w for w in command if w.endswith(".py")), "")
+            if script != "/app/deploy/health_probe.py":
+                problems.append(f"{name} runs {command}")
+            own = float(command[command.index("--timeout") + 1]) if "--timeout" in command else 3
+            if probe.get("timeoutSeconds", 1) <= own:
+                problems.append(f"{name}: timeoutSeconds <= the probe's --timeout {own}")
+    return problems
+
+
+def grace_problems(d: Doc) -> list[str]:
+    """SIGKILL must come after preStop + the server's drain, with room to exit (5 s)."""
+    spec = d["spec"]["template"]["spec"]
+    c = spec["containers"][0]
+    command = c.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command", [])
+    pre_stop = float(command[1]) if command[:1] == ["sleep"] else 0.0
+    grace = float(env_of(c).get("XATTN_GRACE", 10))
+    total = spec.get("terminationGracePeriodSeconds", 30)
+    if pre_stop < 2:
+        return [f"preStop sleeps {pre_stop} s: too short for the endpoints to update"]
+    if total < pre_stop + grace + 5:
+        return [f"terminationGracePeriodSeconds {total} < preStop {pre_stop} + grace {grace} + 5"]
+    return []
+
+
+def test_probes_point_at_a_port_that_exists(rendered: dict[tuple[str, str], Doc]) -> None:
+    c = container(rendered)
+    assert probe_problems(c) == []
+    assert env_of(c)["XATTN_PORT"] == str(c["ports"][0]["containerPort"])
+    broken = copy.deepcopy(c)
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        if "grpc" in broken[probe]:
+            broken[probe]["grpc"]["port"] = 50052
+        else:
+            broken[probe]["exec"]["command"] = ["python", "/app/probe.py"]
+    assert len(probe_problems(broken)) == 3
+    two = copy.deepcopy(c)
+    two["livenessProbe"]["tcpSocket"] = {"port": 50051}
+    assert probe_problems(two) == [
+        "livenessProbe has handlers "
+        + str([h for h in ("grpc", "exec", "httpGet", "tcpSocket") if h in two["livenessProbe"]])
+    ]
+
+
+def test_the_probe_script_is_in_the_image() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    assert "WORKDIR /app" in text and "COPY deploy/health_probe.py deploy/health_probe.py" in text
+
+
+def test_grace_periods_are_ordered(rendered: dict[tuple[str, str], Doc]) -> None:
+    d = deployment(rendered)
+    assert grace_problems(d) == []
+    short = copy.deepcopy(d)
+    short["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 15
+    assert grace_problems(short)
+    long_drain = copy.deepcopy(d)
+    for e in long_drain["spec"]["template"]["spec"]["containers"][0]["env"]:
+        if e["name"] == "XATTN_GRACE":
+            e["value"] = "25"
+    assert grace_problems(long_drain)
+    no_pre_stop = copy.deepcopy(d)
+    del no_pre_stop["spec"]["template"]["spec"]["containers"][0]["lifecycle"]
+    assert grace_problems(no_pre_stop)
+    # the liveness probe must not restart a pod while it drains
+    live = container(rendered)["livenessProbe"]
+    grace = float(env_of(container(rendered))["XATTN_GRACE"])
+    assert live["periodSeconds"] * live["failureThreshold"] > grace
+
+
+def test_services_select_the_pods(rendered: dict[tuple[str, str], Doc]) -> None:
+    pod_labels = deployment(rendered)["spec"]["template"]["metadata"]["labels"]
+    port_names = {p["name"] for p in container(rendered)["ports"]}
+    selector = deployment(rendered)["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= pod_labels.items()
+    services = {name: d for (kind, name), d in rendered.items() if kind == "Service"}
+    assert services["xattn-headless"]["spec"]["clusterIP"] == "None"
+    assert services["xattn"]["spec"].get("type", "ClusterIP") == "ClusterIP"
+    for service in services.values():
+        assert service["spec"]["selector"].items() <= pod_labels.items()
+        (port,) = service["spec"]["ports"]
+        assert port["targetPort"] in port_names and port["appProtocol"] == "kubernetes.io/h2c"
+    budget = rendered[("PodDisruptionBudget", "xattn-server")]
+    assert budget["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    hpa = rendered[("HorizontalPodAutoscaler", "xattn-server")]["spec"]
+    assert hpa["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": "xattn-server",
+    }
+    assert hpa["metrics"][0]["resource"]["name"] == "cpu"
+    assert hpa["minReplicas"] >= 2 and hpa["maxReplicas"] > hpa["minReplicas"]
+    assert deployment(rendered)["spec"]["replicas"] >= hpa["minReplicas"]
+    assert deployment(rendered)["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+
+
+def server_flags() -> set[str]:
+    from xattn.service.__main__ import parse_args
+
+    return {f"XATTN_{a.upper()}" for a in vars(parse_args([]))}
+
+
+def test_environment_is_the_servers(rendered: dict[tuple[str, str], Doc]) -> None:
+    env = env_of(container(rendered))
+    unknown = {k for k in env if k.startswith("XATTN_")} - server_flags()
+    assert not unknown, f"not flags of xattn-server: {unknown}"
+    assert env["XATTN_HOST"] == "0.0.0.0"
+    limits = container(rendered)["resources"]["limits"]
+    assert env["OMP_NUM_THREADS"] == str(limits["cpu"])  # torch threads = the CPU limit
+
+
+def quantity(text: str) -> float:
+    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "K": 1e3, "M": 1e6, "G": 1e9}
+    number, unit = re.fullmatch(r"([\d.]+)([A-Za-z]*)", text).groups()  # type: ignore[union-attr]
+    return float(number) * units.get(unit, 1)
+
+
+def test_resources_and_security(rendered: dict[tuple[str, str], Doc]) -> None:
+    c = container(rendered)
+    requests, limits = c["resources"]["requests"], c["resources"]["limits"]
+    assert quantity(requests["memory"]) >= MEASURED_PEAK_RSS
+    assert quantity(limits["memory"]) >= quantity(requests["memory"])
+    assert quantity(limits["cpu"]) >= quantity(requests["cpu"])
+    pod = deployment(rendered)["spec"]["template"]["spec"]
+    uid = re.search(r"ARG XATTN_UID=(\d+)", (ROOT / "Dockerfile").read_text())
+    assert uid and pod["securityContext"]["runAsUser"] == int(uid[1])
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    sc = c["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert "emptyDir" in volumes[mounts["/tmp"]]  # MPLCONFIGDIR=/tmp/matplotlib (Dockerfile)
+    assert "MPLCONFIGDIR=/tmp/" in (ROOT / "Dockerfile").read_text()
+
+
+def test_production_overlay_wires_tls_and_tokens() -> None:
+    docs = by_kind(render(PRODUCTION))
+    c = container(docs)
+    assert c["image"].startswith("registry.example.com/") and not c["image"].endswith(":local")
+    assert container(by_kind(render(BASE)))["image"] == "xattn:local"  # docker-compose.yml's
+    assert all(d["metadata"]["namespace"] == "xattn" for d in docs.values())
+    assert deployment(docs)["spec"]["replicas"] == 3
+    env = env_of(c)
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    secret = next(
+        v for v in deployment(docs)["spec"]["template"]["spec"]["volumes"] if "secret" in v
+    )
+    folder = mounts[secret["name"]]["mountPath"]
+    assert mounts[secret["name"]]["readOnly"] is True
+    # the files deploy/make_secrets.sh writes, as docker-compose.tls.yml uses them
+    made = (ROOT / "deploy" / "make_secrets.sh").read_text()
+    for var, file in (
+        ("XATTN_TLS_CERT", "server.pem"),
+        ("XATTN_TLS_KEY", "server.key"),
+        ("XATTN_AUTH_TOKEN_FILE", "tokens"),
+    ):
+        assert env[var] == f"{folder}/{file}" and file in made, var
+    # the kubelet's gRPC probe speaks plaintext only: with TLS every probe is exec
+    for name in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert "exec" in c[name] and "grpc" not in c[name], name
