@@ -176,6 +176,8 @@ def run(args: argparse.Namespace, console: Console, err: Console) -> int:
             )
         chunks = PcmQueue(PcmFormat(args.rate, args.channels, args.format))
         read_pipe(sys.stdin.buffer.fileno(), chunks)
+        what = f"{args.rate} Hz, {args.channels} ch, {args.format}"
+        err.print(f"streaming standard input ({what}); Ctrl-C ends it", highlight=False)
         return run_chunks(args, console, chunks, "stdin", chunks.stop, chunks.sent_seconds)
     pcm = read_pcm16(args.audio)
     duration = len(pcm) / 2 / 16000
