@@ -28,8 +28,9 @@ log = logging.getLogger(__name__)
 
 BLOCK_SECONDS = 0.05  # one PortAudio block
 PIPE_HINT = (
-    "or pipe raw PCM instead: `arecord -q -f S16_LE -r 16000 -c 1 -t raw | xattn stream -` "
-    "(Linux), `sox -d -q -t raw -r 16000 -c 1 -b 16 -e signed - | xattn stream -`"
+    "Or pipe raw PCM into `xattn stream -` instead: "
+    "`arecord -q -f S16_LE -r 16000 -c 1 -t raw | xattn stream -` (Linux), "
+    "`sox -d -q -t raw -r 16000 -c 1 -b 16 -e signed - | xattn stream -`"
 )
 
 
@@ -49,12 +50,12 @@ def sounddevice() -> Any:
     except ImportError as e:
         raise SourceError(
             f"no microphone support: sounddevice is not installed "
-            f"(pip install 'xattn[mic]'); {PIPE_HINT}"
+            f"(pip install 'xattn[mic]'). {PIPE_HINT}"
         ) from e
     except OSError as e:  # sounddevice raises OSError when libportaudio cannot be loaded
         raise SourceError(
             f"no microphone support: the PortAudio library is missing ({e}; Debian/Ubuntu: "
-            f"apt-get install libportaudio2, macOS: brew install portaudio); {PIPE_HINT}"
+            f"apt-get install libportaudio2, macOS: brew install portaudio). {PIPE_HINT}"
         ) from e
     return sd
 
@@ -70,7 +71,7 @@ def pick_device(sd: Any, wanted: str | None) -> dict[str, Any]:
     """The device `wanted` names (an index or part of a name), else the default input."""
     devices = input_devices(sd)
     if not devices:
-        raise SourceError(f"no input device found (PortAudio sees none); {PIPE_HINT}")
+        raise SourceError(f"no input device found (PortAudio sees none). {PIPE_HINT}")
     if wanted is None:
         default = sd.default.device[0]
         if default is None or default < 0:
@@ -88,6 +89,9 @@ def pick_device(sd: Any, wanted: str | None) -> dict[str, Any]:
 
 
 def list_devices(sd: Any, console: Console) -> int:
+    if not input_devices(sd):
+        console.print("no input devices (PortAudio sees none)")
+        return 0
     table = Table("index", "name", "channels", "rate (Hz)", title="input devices")
     for d in input_devices(sd):
         rate = f"{d['default_samplerate']:g}"
@@ -126,7 +130,7 @@ def run(args: argparse.Namespace, console: Console, err: Console, sd: Any = None
             callback=callback,
         )
     except Exception as e:  # sounddevice.PortAudioError, ValueError: the device refused
-        raise SourceError(f"cannot open the input device {name!r}: {e}; {PIPE_HINT}") from e
+        raise SourceError(f"cannot open the input device {name!r}: {e}. {PIPE_HINT}") from e
     err.print(f"listening to {name} ({rate} Hz, {channels} ch); Ctrl-C stops", highlight=False)
     with stream:
         return run_chunks(args, console, chunks, name, chunks.stop, lambda: chunks.sent_seconds)
