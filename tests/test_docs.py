@@ -26,7 +26,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from benchmarks import render
+from benchmarks import render, results
 from benchmarks.results import RESULTS, latest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,7 +46,8 @@ class Example:
 
     @property
     def name(self) -> str:
-        return f"{self.page.relative_to(ROOT).as_posix()}:{self.line}"
+        page = self.page.relative_to(ROOT) if self.page.is_relative_to(ROOT) else self.page
+        return f"{page.as_posix()}:{self.line}"
 
 
 def examples(page: Path) -> list[Example]:
@@ -166,3 +167,24 @@ def test_splice_replaces_only_the_marked_block() -> None:
     text = f"a\n{render.BEGIN}\nold\n{render.END}\nb\n"
     assert render.splice(text, "new\n") == f"a\n{render.BEGIN}\nnew\n{render.END}\nb\n"
     assert render.splice("no markers\n", "new\n") is None
+
+
+def test_results_round_trip(tmp_path: Path) -> None:
+    """A run written by benchmarks.results reads back whole, where render looks for it."""
+    ceilings = results.Ceilings(threads=2, fp32_gflops=100.0, memory_gbps=20.0, matmul={"x": 1})
+    figures = {"table": [{"case": "a", "seconds": 0.5}], "pairs": {"k": 1}, "text": "t"}
+    path = results.write(tmp_path, "demo", {"model": "tiny.en"}, figures, ceilings)
+    assert path is not None and path.parent == tmp_path / "demo"
+    assert re.fullmatch(r"\d{8}T\d{6}Z\.json", path.name)
+    run = results.load(path)
+    assert (run.name, run.settings, run.figures, run.ceilings) == (
+        "demo",
+        {"model": "tiny.en"},
+        figures,
+        ceilings,
+    )
+    assert run.machine.cores >= 1 and "torch" in run.machine.versions
+    assert latest(tmp_path) == {"demo": path}
+    assert results.write(tmp_path / "one.json", "demo", {}, {}, ceilings) == tmp_path / "one.json"
+    page = render.render({"demo": path})
+    assert "| case | seconds |" in page and "| a | 0.5 |" in page and "**text**: t" in page
