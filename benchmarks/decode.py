@@ -355,6 +355,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=THREADS, help="torch threads (2)")
     parser.add_argument("--profile", action="store_true", help="also profile one transcribe")
     parser.add_argument("--compute", default="auto", help="the fast path beside fp32 (auto)")
+    parser.add_argument(
+        "--lengths", default="20,200", help="decoder sequence lengths, comma-separated (20,200)"
+    )
     results.add_arguments(parser)
     args = parser.parse_args(argv)
     repeats = 2 if args.quick else args.repeats
@@ -432,7 +435,8 @@ def main(argv: list[str] | None = None) -> None:
     events = pipe.transcribe(audio, opts)
     spoken = [e.id for e in events if isinstance(e, TokenEvent) and e.id != pipe.tokenizer.eot]
     steps = figures["decoder ms/token (teacher-forced, logits of the last row)"] = []
-    for n in DECODE_LENGTHS:
+    lengths = [int(n) for n in args.lengths.split(",")]
+    for n in lengths:
         tokens = fixed_tokens(pipe, spoken, n)
         runs = {
             (cache, scores, "fp32"): decode_steps(pipe, features, tokens, cache, scores)
@@ -522,6 +526,7 @@ def main(argv: list[str] | None = None) -> None:
         "threads": args.threads,
         "repeats": repeats,
         "compute": fast.compute,
+        "decoder lengths": lengths,
     }
     results.write_from(args, "decode", settings, figures, ceilings)
 
