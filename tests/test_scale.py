@@ -28,6 +28,7 @@ import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
@@ -35,9 +36,10 @@ import pytest
 import yaml
 from grpc_health.v1 import health_pb2
 
-from benchmarks.replicas import HAPROXY_CFG, Balancer, Replicas
+from benchmarks.replicas import HAPROXY_CFG, Balancer, Replicas, wait_until
 from benchmarks.scale_load import Load, Outcome, call, summary
 from xattn.clients.api import connect, open_channel
+from xattn.clients.balancing import RETRY_POLICY, Target, channel_target, service_config
 from xattn.v1 import transcriber_pb2_grpc
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -177,6 +179,37 @@ def test_compose_scale_profile() -> None:
     )
     assert done.returncode == 0 and "WARNING" not in done.stderr, done.stderr
     assert yaml.safe_load(done.stdout)["services"]["replica"]["scale"] == 3
+
+
+def test_channel_targets() -> None:
+    assert channel_target("10.0.0.1:50051") == Target("10.0.0.1:50051")
+    assert channel_target("127.0.0.1:1,127.0.0.2:2") == Target("ipv4:127.0.0.1:1,127.0.0.2:2")
+    assert channel_target("[::1]:5, [::1]:6") == Target("ipv6:[::1]:5,[::1]:6")
+    named = channel_target("localhost:7,127.0.0.1:8")  # names resolved, the first names TLS
+    assert named.authority == "localhost:7" and named.target.startswith("ipv4:127.0.0.1:7,")
+    for target in ("dns:///xattn-headless.xattn.svc:50051", "ipv4:1.2.3.4:5,1.2.3.5:5"):
+        assert channel_target(target) == Target(target)
+    for bad in ("", "10.0.0.1:1,b", "10.0.0.1:1,::1:2", "10.0.0.1:1,10.0.0.2:99999"):
+        with pytest.raises(ValueError):
+            channel_target(bad)
+
+
+def test_retry_policy_is_the_documented_one() -> None:
+    """README's service config (Limits and errors) is the one the client uses."""
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"```json\n(\{\"methodConfig\".*?)```", readme, re.S)
+    assert block, "README: the retry policy's JSON block"
+    documented = json.loads(block[1])["methodConfig"][0]
+    config = json.loads(service_config())
+    assert config["loadBalancingConfig"] == [{"round_robin": {}}]
+    assert (
+        config["methodConfig"][0]
+        == documented
+        == {
+            "name": [{"service": "xattn.v1.Transcriber"}],
+            "retryPolicy": RETRY_POLICY,
+        }
+    )
 
 
 # --- real replicas ---------------------------------------------------------------------------
@@ -332,3 +365,32 @@ def test_client_round_robin(replicas: Replicas, expected: str) -> None:
     failed = check_outcomes(outcomes, expected, times["kill"]["at"])
     # the stats file is at most 0.1 s old: what it held in flight, give or take one call
     assert len(failed) <= times["kill"]["busy"].get("in_flight", 0) + 1, failed
+
+
+def test_resource_exhausted_is_retried_after_the_pushback(tmp_path: Path) -> None:
+    """One replica, one worker, no queue: a call sent while another runs is refused with
+    RESOURCE_EXHAUSTED and a pushback. Without retries the caller sees it; with the channel
+    of xattn.clients.api gRPC waits the pushback and sends it again, and it succeeds."""
+    data = HELLO.read_bytes()
+    with Replicas(1, tmp_path, args=("--max-queue", "0")) as one:
+        address = one.addresses()[0]
+
+        def while_busy(channel: grpc.Channel) -> tuple[Outcome, Outcome, int]:
+            stub = transcriber_pb2_grpc.TranscriberStub(channel)
+            rejected = one.counters(0).get("rejected", 0)
+            with ThreadPoolExecutor(1) as pool:
+                first = pool.submit(call, stub, "unary", data, "first", 120)
+                wait_until(lambda: one.counters(0).get("in_flight", 0) >= 1, "never busy", 60, 0.02)
+                second = call(stub, "unary", data, "second", 120)
+                return first.result(timeout=120), second, one.counters(0)["rejected"] - rejected
+
+        plain = grpc.insecure_channel(address, options=[("grpc.enable_retries", 0)])
+        with plain:
+            first, second, rejected = while_busy(plain)
+        assert first.status == "OK" and second.status == "RESOURCE_EXHAUSTED", second
+        assert rejected == 1
+        with open_channel(address) as channel:
+            first, second, rejected = while_busy(channel)
+        assert first.status == "OK" and second.status == "OK", second
+        assert second.text == first.text
+        assert rejected >= 1  # refused at least once, then retried after the pushback
