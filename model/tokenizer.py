@@ -6,6 +6,7 @@ The special tokens are found by name in the file. The 1,501 timestamp tokens `<|
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -14,6 +15,8 @@ from tokenizers import Tokenizer as HFTokenizer
 
 TIME_PRECISION = 0.02  # seconds per timestamp token
 N_TIMESTAMPS = 1501
+# languages openai-whisper added after the first 99, in token order (large-v3: n_vocab 51866)
+LATER_LANGUAGES = ("yue",)
 
 
 @dataclass(frozen=True)
@@ -60,12 +63,43 @@ def read_specials(hf: HFTokenizer, num_languages: int) -> Specials:
     )
 
 
+def add_language_tokens(spec: dict, codes: tuple[str, ...]) -> dict:
+    """tokenizer.json's content with language tokens `codes` added after the last language
+    (before `<|translate|>`), the specials after it shifted up, as openai-whisper numbers them."""
+    added = spec["added_tokens"]
+    translate = next(t["id"] for t in added if t["content"] == "<|translate|>")
+    n = len(codes)
+    for t in added:
+        t["id"] += n if t["id"] >= translate else 0
+    template = next(t for t in added if t["content"] == "<|translate|>")
+    for k, code in enumerate(codes):
+        added.append({**template, "id": translate + k, "content": f"<|{code}|>"})
+    added.sort(key=lambda t: t["id"])
+    for special in (spec.get("post_processor") or {}).get("special_tokens", {}).values():
+        special["ids"] = [i + n if i >= translate else i for i in special["ids"]]
+    return spec
+
+
+def _read(path: Path, multilingual: bool, num_languages: int) -> HFTokenizer:
+    """The file's tokenizer; a multilingual one with fewer languages than the model's gets
+    openai-whisper's later ones (`yue` for n_vocab 51866)."""
+    hf = HFTokenizer.from_file(str(path))
+    if not multilingual:
+        return hf
+    have = len(read_specials(hf, num_languages).language_ids)
+    missing = LATER_LANGUAGES[max(0, have - 99) : max(0, num_languages - 99)]
+    if have >= num_languages or len(missing) != num_languages - have:
+        return hf
+    spec = add_language_tokens(json.loads(path.read_text(encoding="utf-8")), missing)
+    return HFTokenizer.from_str(json.dumps(spec))
+
+
 class Tokenizer:
     """Text ⇄ ids for one checkpoint. Language and task enter only through `sot_sequence`."""
 
     def __init__(self, path: str | Path, *, multilingual: bool, num_languages: int) -> None:
         self.path = Path(path)
-        self.hf = HFTokenizer.from_file(str(self.path))
+        self.hf = _read(self.path, multilingual, num_languages)
         self.multilingual = multilingual
         self.specials = s = read_specials(self.hf, num_languages)
         self.eot, self.sot, self.no_timestamps = s.eot, s.sot, s.no_timestamps
