@@ -188,3 +188,27 @@ def test_results_round_trip(tmp_path: Path) -> None:
     assert results.write(tmp_path / "one.json", "demo", {}, {}, ceilings) == tmp_path / "one.json"
     page = render.render({"demo": path})
     assert "| case | seconds |" in page and "| a | 0.5 |" in page and "**text**: t" in page
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def anchors(page: Path) -> set[str]:
+    """GitHub's anchors for a page's headings."""
+    heads = re.findall(r"^#+ (.+)$", page.read_text(), flags=re.MULTILINE)
+    return {render.anchor(h.replace("`", "")) for h in heads}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+def test_links_resolve(page: Path) -> None:
+    """Every relative link of README.md and docs/ names a file that exists, and a heading
+    of it when it has an anchor."""
+    broken = []
+    for target in LINK.findall(page.read_text()):
+        if re.match(r"[a-z]+:", target):
+            continue  # https:, mailto:
+        path, _, anchor = target.partition("#")
+        file = (page.parent / path).resolve() if path else page
+        if not file.exists() or (anchor and file.suffix == ".md" and anchor not in anchors(file)):
+            broken.append(target)
+    assert not broken, f"{page.name}: broken links {broken}"
