@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from xattn.model.audio import SAMPLE_RATE, check_audio
+from xattn.model.batched import transcribe_batched
 from xattn.model.batching import StepBatcher, model_work
 from xattn.model.beams import check_search_options
 from xattn.model.checkpoints import Checkpoint, load_checkpoint
@@ -27,7 +28,7 @@ from xattn.model.logits import int8_supported
 from xattn.model.options import validate_options
 from xattn.model.tokenizer import Tokenizer
 from xattn.model.transcribe import Context, Event, transcribe
-from xattn.model.vad import detect_speech
+from xattn.model.vad import VadOptions, detect_speech
 from xattn.model.vad_filter import check_vad_options, speech_events
 from xattn.model.whisper import Whisper
 from xattn.model.words import WordAligner
@@ -104,11 +105,20 @@ class Pipeline:
         options = options or DecodeOptions()
         self.validate(options)
         audio = check_audio(audio)
+        spans = None
         if options.vad_filter:  # the speech only, times mapped back (xattn.model.vad_filter)
-            spans = model_work(self.context.batcher)(detect_speech, audio, options.vad_options)
-            yield from speech_events(self.transcribe, audio, options, spans)
-            return
-        events = transcribe(self.context, audio, options)
+            vad = options.vad_options or VadOptions()
+            if options.batch_size is not None:  # spans that fit a window, as faster-whisper's
+                longest = min(vad.max_speech_duration_s, 30.0)
+                vad = dataclasses.replace(vad, max_speech_duration_s=longest)
+            spans = model_work(self.context.batcher)(detect_speech, audio, vad)
+            if options.batch_size is None:
+                yield from speech_events(self.transcribe, audio, options, spans)
+                return
+        if options.batch_size is not None:  # independent windows, N at once
+            events = transcribe_batched(self.context, audio, options, options.batch_size, spans)
+        else:
+            events = transcribe(self.context, audio, options)
         while True:  # grad mode is thread-local: set it around each step, not across yields
             with torch.inference_mode():
                 event = next(events, None)

@@ -20,6 +20,12 @@ The policy (AlignAtt with local agreement), run each time `feed` brings new audi
 4. When the buffer grows past `max_buffer`, it slides to the end of the last committed word;
    the committed text moves into the prompt.
 `finish` decodes what is left and commits everything. Finals are never revised.
+
+With `vad` (xattn.model.live_vad), Silero runs on every feed first: while nobody speaks no
+decode runs (the silent buffer is not re-encoded; it slides to keep PRE_ROLL seconds), speech
+beginning and ending come out as SpeechEvents before the feed's results, and the end of speech
+commits the utterance at once (a `finish` of the buffer); with `single_utterance` the stream is
+over after it (`over`: later feeds are ignored).
 """
 
 from __future__ import annotations
@@ -34,8 +40,12 @@ import torch
 from xattn.model.alignment import find_alignment, token_probabilities
 from xattn.model.audio import N_FRAMES, N_SAMPLES, SAMPLE_RATE, log_mel_spectrogram, pad_or_trim
 from xattn.model.decoding import DecodeOptions, LogitRules, decode_window, detect_language
+from xattn.model.live_vad import BEGIN, END, END_OF_UTTERANCE, SpeechEvent, StreamingVad
 from xattn.model.results import FRAMES_PER_SECOND, WordTiming
 from xattn.model.transcribe import Context
+from xattn.model.vad import VadOptions
+
+PRE_ROLL = 1.0  # seconds of silence kept before speech when the buffer slides over silence
 
 
 @dataclass(frozen=True)
@@ -46,6 +56,8 @@ class LiveOptions:
     min_step: float = 0.3  # seconds of new audio before decoding again
     max_buffer: float = 25.0  # seconds: slide the buffer before the 30 s window fills
     return_attention: bool = True
+    vad: VadOptions | None = None  # skip decodes while nobody speaks (xattn.model.live_vad)
+    single_utterance: bool = False  # with vad: over after the first speech ends
 
 
 @dataclass(frozen=True)
@@ -75,6 +87,7 @@ class LiveStats:
     steps: int = 0  # decodes run (each re-encodes the buffer)
     encode_seconds: float = 0.0  # log-mel and encoder passes
     step_seconds: float = 0.0  # whole steps: encode, decode, word alignment
+    skipped_steps: int = 0  # vad: decodes that new audio would have run while nobody spoke
 
 
 class LiveTranscriber:
@@ -93,6 +106,9 @@ class LiveTranscriber:
         self.language = options.language or (None if ctx.tokenizer.multilingual else "en")
         self.finals: list[LiveResult] = []
         self.stats = LiveStats()
+        self.vad = StreamingVad(options.vad) if options.vad is not None else None
+        self.over = False  # single_utterance: the utterance ended
+        self._heard = False  # vad: speech began since the buffer last held only finals
 
     @property
     def samples(self) -> int:
@@ -103,14 +119,53 @@ class LiveTranscriber:
     def received(self) -> float:
         return self.samples / SAMPLE_RATE
 
-    def feed(self, audio: np.ndarray) -> list[LiveResult]:
+    def feed(self, audio: np.ndarray) -> list[LiveResult | SpeechEvent]:
+        if self.over:
+            return []
         self.audio = np.concatenate([self.audio, audio.astype(np.float32)])
+        if self.vad is not None:
+            return self._feed_vad(audio)
         if self.samples - self.decoded_at < self.options.min_step * SAMPLE_RATE:
             return []
         return self._timed(final=False)
 
     def finish(self) -> list[LiveResult]:
+        if self.over or (self.vad is not None and not self._pending_speech()):
+            return []
         return self._timed(final=True) if self.samples > self.offset else []
+
+    def _feed_vad(self, audio: np.ndarray) -> list[LiveResult | SpeechEvent]:
+        events: list[LiveResult | SpeechEvent] = list(self.vad.feed(audio))
+        self._heard = self._heard or any(e.kind == BEGIN for e in events)
+        due = self.samples - self.decoded_at >= self.options.min_step * SAMPLE_RATE
+        if events and events[-1].kind == END:  # the utterance is over: commit it now
+            events.extend(self._timed(final=True) if self._pending_speech() else [])
+            self._after_utterance()
+            if self.options.single_utterance:
+                self.over = True
+                events.append(SpeechEvent(END_OF_UTTERANCE, self.received))
+            return events
+        if self.vad.voiced_until <= self.decoded_at:  # no speech since the last decode
+            if due:  # silence: no decode (nor after speech, until it ends or resumes)
+                self.stats.skipped_steps += 1
+                self.decoded_at = self.samples
+            if not self.vad.speaking and not self.committed and not self.previous:
+                self._after_utterance()  # the buffer slides over the silence
+            return events
+        return events + (self._timed(final=False) if due else [])
+
+    def _pending_speech(self) -> bool:
+        """Whether the buffer may hold speech not yet final (vad)."""
+        return bool(self.committed or self.previous or self._heard)
+
+    def _after_utterance(self) -> None:
+        """Everything is final: the text moves to the prompt, the buffer keeps PRE_ROLL s."""
+        self.prompt.extend(t.id for t in self.committed)
+        self.committed, self.previous, self._heard = [], [], False
+        keep = self.samples - int(PRE_ROLL * SAMPLE_RATE)
+        self.offset = min(self.samples, max(self.offset, keep))
+        self.audio = self.audio[self.offset - self.base :]
+        self.base = self.offset
 
     def _timed(self, final: bool) -> list[LiveResult]:
         t0 = time.perf_counter()

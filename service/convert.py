@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -15,6 +15,8 @@ import numpy as np
 from xattn.model.alignment import APPEND_PUNCTUATIONS, PREPEND_PUNCTUATIONS
 from xattn.model.audio import AudioError, AudioTooLongError, decode_audio, pcm_to_audio
 from xattn.model.decoding import DEFAULT_TEMPERATURES, DecodeOptions, OptionsError
+from xattn.model.dims import ModelDims
+from xattn.model.live_vad import BEGIN, END, END_OF_UTTERANCE, LIVE_VAD, SpeechEvent
 from xattn.model.pipeline import Pipeline, compute_note
 from xattn.model.results import (
     FRAMES_PER_SECOND,
@@ -292,40 +294,62 @@ class UnaryShaper:
         )
 
 
-def model_info(pipe: Pipeline, limits: Limits) -> pb.GetModelInfoResponse:
-    d = pipe.dims
+def model_dims(d: ModelDims) -> pb.ModelDims:
+    return pb.ModelDims(**{f.name: getattr(d, f.name) for f in dataclasses.fields(d)})
+
+
+def server_limits(limits: Limits) -> pb.ServerLimits:
+    return pb.ServerLimits(
+        max_audio_seconds=limits.max_audio_seconds,
+        max_receive_message_bytes=limits.max_receive_message_bytes,
+        max_send_message_bytes=limits.max_send_message_bytes,
+        workers=limits.workers,
+        max_queue=limits.max_queue,
+        max_live_seconds=limits.max_live_seconds,
+        live_idle_timeout_seconds=limits.live_idle_timeout,
+    )
+
+
+def one_model(pipe: Pipeline, limits: Limits) -> pb.ModelInfo:
     exact, note = compute_note(pipe.compute)
-    return pb.GetModelInfoResponse(
+    return pb.ModelInfo(
         model_name=pipe.name,
-        dims=pb.ModelDims(
-            n_mels=d.n_mels,
-            n_audio_ctx=d.n_audio_ctx,
-            n_audio_state=d.n_audio_state,
-            n_audio_head=d.n_audio_head,
-            n_audio_layer=d.n_audio_layer,
-            n_vocab=d.n_vocab,
-            n_text_ctx=d.n_text_ctx,
-            n_text_state=d.n_text_state,
-            n_text_head=d.n_text_head,
-            n_text_layer=d.n_text_layer,
-        ),
+        dims=model_dims(pipe.dims),
         alignment_heads=[pb.AttentionHead(layer=la, head=h) for la, h in pipe.alignment_heads],
+        alignment_heads_source=pipe.alignment_heads_source,
         languages=pipe.languages,
         multilingual=pipe.is_multilingual,
-        alignment_frames_per_second=FRAMES_PER_SECOND,
-        limits=pb.ServerLimits(
-            max_audio_seconds=limits.max_audio_seconds,
-            max_receive_message_bytes=limits.max_receive_message_bytes,
-            max_send_message_bytes=limits.max_send_message_bytes,
-            workers=limits.workers,
-            max_queue=limits.max_queue,
-            max_live_seconds=limits.max_live_seconds,
-            live_idle_timeout_seconds=limits.live_idle_timeout,
-        ),
         compute_type=pipe.compute,
         device=pipe.device,
         compute_exact=exact,
         compute_note=note,
+        checkpoint_format=pipe.checkpoint_format,
+        checkpoint_dtype=pipe.checkpoint_dtype,
+        limits=server_limits(limits),
+    )
+
+
+def model_info(
+    pipe: Pipeline, limits: Limits, pipelines: Sequence[Pipeline] = ()
+) -> pb.GetModelInfoResponse:
+    """`pipe` in the top-level fields; every model of the server (`pipelines`, default: just
+    `pipe`) in `models`."""
+    d = pipe.dims
+    exact, note = compute_note(pipe.compute)
+    return pb.GetModelInfoResponse(
+        model_name=pipe.name,
+        dims=model_dims(d),
+        alignment_heads=[pb.AttentionHead(layer=la, head=h) for la, h in pipe.alignment_heads],
+        alignment_heads_source=pipe.alignment_heads_source,
+        languages=pipe.languages,
+        multilingual=pipe.is_multilingual,
+        alignment_frames_per_second=FRAMES_PER_SECOND,
+        limits=server_limits(limits),
+        compute_type=pipe.compute,
+        device=pipe.device,
+        compute_exact=exact,
+        compute_note=note,
+        models=[one_model(p, limits) for p in (pipelines or (pipe,))],
     )
 
 
@@ -347,6 +371,31 @@ def live_options(config: pb.StreamingRecognitionConfig, defaults: LiveOptions) -
         min_step=defaults.min_step,
         max_buffer=defaults.max_buffer,
         return_attention=True,
+        vad=live_vad(config),
+        single_utterance=config.single_utterance,
+    )
+
+
+def live_vad(config: pb.StreamingRecognitionConfig) -> VadOptions | None:
+    """The config's voice activity detection: None without `vad` (OptionsError for
+    single_utterance without it, or parameters out of range)."""
+    if config.single_utterance and not config.vad:
+        raise OptionsError("config.single_utterance needs config.vad (speech ends the utterance)")
+    if not config.vad:
+        return None
+    return vad_options(config.vad_options, LIVE_VAD)
+
+
+SPEECH_EVENTS = {
+    BEGIN: pb.SPEECH_EVENT_TYPE_SPEECH_ACTIVITY_BEGIN,
+    END: pb.SPEECH_EVENT_TYPE_SPEECH_ACTIVITY_END,
+    END_OF_UTTERANCE: pb.SPEECH_EVENT_TYPE_END_OF_SINGLE_UTTERANCE,
+}
+
+
+def speech_event(event: SpeechEvent) -> pb.StreamingRecognizeResponse:
+    return pb.StreamingRecognizeResponse(
+        speech_event=pb.SpeechEvent(type=SPEECH_EVENTS[event.kind], time=event.time)
     )
 
 

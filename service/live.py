@@ -27,6 +27,7 @@ import numpy as np
 
 from xattn.model.audio import MAX_CHANNELS, SAMPLE_RATE, AudioError, AudioTooLongError, pcm_to_audio
 from xattn.model.decoding import DecodeOptions, OptionsError
+from xattn.model.live_vad import SpeechEvent
 from xattn.model.streaming import LiveOptions, LiveResult, LiveTranscriber
 from xattn.service import convert
 from xattn.service.engine import Engine, LiveSlot
@@ -106,12 +107,14 @@ class _Shaped:
     finals: int = 0
     text: str = ""
 
-    def __call__(self, results: list[LiveResult]) -> list[Response]:
+    def __call__(self, results: list[LiveResult | SpeechEvent]) -> list[Response]:
         out = []
         for r in results:
-            if r.is_final or self.interim:
+            if isinstance(r, SpeechEvent):
+                out.append(convert.speech_event(r))
+            elif r.is_final or self.interim:
                 out.append(convert.live_result(r, self.tokens, self.rows))
-            if r.is_final:
+            if isinstance(r, LiveResult) and r.is_final:
                 self.tokens += len(r.tokens)
                 self.finals += 1
                 self.text += r.text
@@ -193,13 +196,13 @@ class LiveSession:
         """The results as they are decided, then `done`; raises the stream's error."""
         config = await self._config()
         engine = self._engine
-        pipe = engine.pipeline
+        pipe = engine.pipeline_for(config.model)  # "" = the first; unknown: INVALID_ARGUMENT
         pcm = live_pcm(config)
         options = convert.live_options(config, self._settings.defaults)
         pipe.validate(DecodeOptions(language=options.language))
         mean = pb.ALIGNMENT_MODE_MEAN_ALIGNMENT_HEADS
         rows = row_spec(config.alignment, mean, pipe.dims, pipe.alignment_heads)
-        slot = engine.admit_live()
+        slot = engine.admit_live(pipe.name)
         outcome = "failed"
         live = LiveTranscriber(pipe.context, pipe.alignment_heads, options)
         shaped = _Shaped(rows, config.interim_results)
@@ -214,7 +217,7 @@ class LiveSession:
                         yield response
                 if self._error is not None:
                     raise self._error
-                if self._ended:
+                if self._ended or live.over:  # half-closed, or single_utterance over
                     break
             for response in await self._run(lambda: shaped(live.finish())):
                 yield response
@@ -230,6 +233,8 @@ class LiveSession:
                     encode_seconds=stats.encode_seconds,
                     compute_seconds=stats.step_seconds,
                     total_seconds=time.perf_counter() - self.arrived,
+                    speech_seconds=live.vad.speech_seconds if live.vad else 0.0,
+                    skipped_decode_steps=stats.skipped_steps,
                 )
             )
             outcome = "finished"

@@ -70,11 +70,13 @@ SPEECH_EVENT_TYPE_SPEECH_ACTIVITY_END: SpeechEventType
 SPEECH_EVENT_TYPE_END_OF_SINGLE_UTTERANCE: SpeechEventType
 
 class GetModelInfoRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("model",)
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    def __init__(self, model: _Optional[str] = ...) -> None: ...
 
 class GetModelInfoResponse(_message.Message):
-    __slots__ = ("model_name", "dims", "alignment_heads", "languages", "multilingual", "alignment_frames_per_second", "limits", "compute_type", "device", "compute_exact", "compute_note")
+    __slots__ = ("model_name", "dims", "alignment_heads", "languages", "multilingual", "alignment_frames_per_second", "limits", "compute_type", "device", "compute_exact", "compute_note", "models", "alignment_heads_source")
     MODEL_NAME_FIELD_NUMBER: _ClassVar[int]
     DIMS_FIELD_NUMBER: _ClassVar[int]
     ALIGNMENT_HEADS_FIELD_NUMBER: _ClassVar[int]
@@ -86,6 +88,8 @@ class GetModelInfoResponse(_message.Message):
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     COMPUTE_EXACT_FIELD_NUMBER: _ClassVar[int]
     COMPUTE_NOTE_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    ALIGNMENT_HEADS_SOURCE_FIELD_NUMBER: _ClassVar[int]
     model_name: str
     dims: ModelDims
     alignment_heads: _containers.RepeatedCompositeFieldContainer[AttentionHead]
@@ -97,7 +101,39 @@ class GetModelInfoResponse(_message.Message):
     device: str
     compute_exact: bool
     compute_note: str
-    def __init__(self, model_name: _Optional[str] = ..., dims: _Optional[_Union[ModelDims, _Mapping]] = ..., alignment_heads: _Optional[_Iterable[_Union[AttentionHead, _Mapping]]] = ..., languages: _Optional[_Iterable[str]] = ..., multilingual: _Optional[bool] = ..., alignment_frames_per_second: _Optional[int] = ..., limits: _Optional[_Union[ServerLimits, _Mapping]] = ..., compute_type: _Optional[str] = ..., device: _Optional[str] = ..., compute_exact: _Optional[bool] = ..., compute_note: _Optional[str] = ...) -> None: ...
+    models: _containers.RepeatedCompositeFieldContainer[ModelInfo]
+    alignment_heads_source: str
+    def __init__(self, model_name: _Optional[str] = ..., dims: _Optional[_Union[ModelDims, _Mapping]] = ..., alignment_heads: _Optional[_Iterable[_Union[AttentionHead, _Mapping]]] = ..., languages: _Optional[_Iterable[str]] = ..., multilingual: _Optional[bool] = ..., alignment_frames_per_second: _Optional[int] = ..., limits: _Optional[_Union[ServerLimits, _Mapping]] = ..., compute_type: _Optional[str] = ..., device: _Optional[str] = ..., compute_exact: _Optional[bool] = ..., compute_note: _Optional[str] = ..., models: _Optional[_Iterable[_Union[ModelInfo, _Mapping]]] = ..., alignment_heads_source: _Optional[str] = ...) -> None: ...
+
+class ModelInfo(_message.Message):
+    __slots__ = ("model_name", "dims", "alignment_heads", "alignment_heads_source", "languages", "multilingual", "compute_type", "device", "compute_exact", "compute_note", "checkpoint_format", "checkpoint_dtype", "limits")
+    MODEL_NAME_FIELD_NUMBER: _ClassVar[int]
+    DIMS_FIELD_NUMBER: _ClassVar[int]
+    ALIGNMENT_HEADS_FIELD_NUMBER: _ClassVar[int]
+    ALIGNMENT_HEADS_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGES_FIELD_NUMBER: _ClassVar[int]
+    MULTILINGUAL_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_EXACT_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_NOTE_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_FORMAT_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_DTYPE_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    model_name: str
+    dims: ModelDims
+    alignment_heads: _containers.RepeatedCompositeFieldContainer[AttentionHead]
+    alignment_heads_source: str
+    languages: _containers.RepeatedScalarFieldContainer[str]
+    multilingual: bool
+    compute_type: str
+    device: str
+    compute_exact: bool
+    compute_note: str
+    checkpoint_format: str
+    checkpoint_dtype: str
+    limits: ServerLimits
+    def __init__(self, model_name: _Optional[str] = ..., dims: _Optional[_Union[ModelDims, _Mapping]] = ..., alignment_heads: _Optional[_Iterable[_Union[AttentionHead, _Mapping]]] = ..., alignment_heads_source: _Optional[str] = ..., languages: _Optional[_Iterable[str]] = ..., multilingual: _Optional[bool] = ..., compute_type: _Optional[str] = ..., device: _Optional[str] = ..., compute_exact: _Optional[bool] = ..., compute_note: _Optional[str] = ..., checkpoint_format: _Optional[str] = ..., checkpoint_dtype: _Optional[str] = ..., limits: _Optional[_Union[ServerLimits, _Mapping]] = ...) -> None: ...
 
 class ModelDims(_message.Message):
     __slots__ = ("n_mels", "n_audio_ctx", "n_audio_state", "n_audio_head", "n_audio_layer", "n_vocab", "n_text_ctx", "n_text_state", "n_text_head", "n_text_layer")
@@ -150,14 +186,16 @@ class AttentionHead(_message.Message):
     def __init__(self, layer: _Optional[int] = ..., head: _Optional[int] = ...) -> None: ...
 
 class TranscribeRequest(_message.Message):
-    __slots__ = ("audio", "options", "alignment")
+    __slots__ = ("audio", "options", "alignment", "model")
     AUDIO_FIELD_NUMBER: _ClassVar[int]
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
     ALIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
     audio: Audio
     options: TranscriptionOptions
     alignment: AlignmentOptions
-    def __init__(self, audio: _Optional[_Union[Audio, _Mapping]] = ..., options: _Optional[_Union[TranscriptionOptions, _Mapping]] = ..., alignment: _Optional[_Union[AlignmentOptions, _Mapping]] = ...) -> None: ...
+    model: str
+    def __init__(self, audio: _Optional[_Union[Audio, _Mapping]] = ..., options: _Optional[_Union[TranscriptionOptions, _Mapping]] = ..., alignment: _Optional[_Union[AlignmentOptions, _Mapping]] = ..., model: _Optional[str] = ...) -> None: ...
 
 class TranscribeResponse(_message.Message):
     __slots__ = ("transcript", "windows", "timings")
@@ -170,14 +208,16 @@ class TranscribeResponse(_message.Message):
     def __init__(self, transcript: _Optional[_Union[Transcript, _Mapping]] = ..., windows: _Optional[_Iterable[_Union[WindowAlignment, _Mapping]]] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ...) -> None: ...
 
 class StreamTranscribeRequest(_message.Message):
-    __slots__ = ("audio", "options", "alignment")
+    __slots__ = ("audio", "options", "alignment", "model")
     AUDIO_FIELD_NUMBER: _ClassVar[int]
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
     ALIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
     audio: Audio
     options: TranscriptionOptions
     alignment: AlignmentOptions
-    def __init__(self, audio: _Optional[_Union[Audio, _Mapping]] = ..., options: _Optional[_Union[TranscriptionOptions, _Mapping]] = ..., alignment: _Optional[_Union[AlignmentOptions, _Mapping]] = ...) -> None: ...
+    model: str
+    def __init__(self, audio: _Optional[_Union[Audio, _Mapping]] = ..., options: _Optional[_Union[TranscriptionOptions, _Mapping]] = ..., alignment: _Optional[_Union[AlignmentOptions, _Mapping]] = ..., model: _Optional[str] = ...) -> None: ...
 
 class StreamTranscribeResponse(_message.Message):
     __slots__ = ("window_start", "token", "window_discarded", "segment", "done")
@@ -486,7 +526,7 @@ class StreamingRecognizeRequest(_message.Message):
     def __init__(self, config: _Optional[_Union[StreamingRecognitionConfig, _Mapping]] = ..., audio_content: _Optional[bytes] = ...) -> None: ...
 
 class StreamingRecognitionConfig(_message.Message):
-    __slots__ = ("encoding", "sample_rate", "channels", "language", "interim_results", "alignment", "policy", "vad", "single_utterance", "vad_options")
+    __slots__ = ("encoding", "sample_rate", "channels", "language", "interim_results", "alignment", "policy", "vad", "single_utterance", "vad_options", "model")
     ENCODING_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_RATE_FIELD_NUMBER: _ClassVar[int]
     CHANNELS_FIELD_NUMBER: _ClassVar[int]
@@ -497,6 +537,7 @@ class StreamingRecognitionConfig(_message.Message):
     VAD_FIELD_NUMBER: _ClassVar[int]
     SINGLE_UTTERANCE_FIELD_NUMBER: _ClassVar[int]
     VAD_OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
     encoding: PcmEncoding
     sample_rate: int
     channels: int
@@ -507,7 +548,8 @@ class StreamingRecognitionConfig(_message.Message):
     vad: bool
     single_utterance: bool
     vad_options: VadOptions
-    def __init__(self, encoding: _Optional[_Union[PcmEncoding, str]] = ..., sample_rate: _Optional[int] = ..., channels: _Optional[int] = ..., language: _Optional[str] = ..., interim_results: _Optional[bool] = ..., alignment: _Optional[_Union[AlignmentOptions, _Mapping]] = ..., policy: _Optional[_Union[LivePolicy, _Mapping]] = ..., vad: _Optional[bool] = ..., single_utterance: _Optional[bool] = ..., vad_options: _Optional[_Union[VadOptions, _Mapping]] = ...) -> None: ...
+    model: str
+    def __init__(self, encoding: _Optional[_Union[PcmEncoding, str]] = ..., sample_rate: _Optional[int] = ..., channels: _Optional[int] = ..., language: _Optional[str] = ..., interim_results: _Optional[bool] = ..., alignment: _Optional[_Union[AlignmentOptions, _Mapping]] = ..., policy: _Optional[_Union[LivePolicy, _Mapping]] = ..., vad: _Optional[bool] = ..., single_utterance: _Optional[bool] = ..., vad_options: _Optional[_Union[VadOptions, _Mapping]] = ..., model: _Optional[str] = ...) -> None: ...
 
 class LivePolicy(_message.Message):
     __slots__ = ("commit_margin", "agreement")

@@ -1,0 +1,265 @@
+"""Batched long-form (`batch_size`): independent windows decoded together, as faster-whisper's
+BatchedInferencePipeline.
+
+The audio is cut into windows of at most 30 s: with vad_filter the speech spans joined into
+groups (faster-whisper's collect_chunks with max_duration 30), without it consecutive 30 s
+windows. Windows are independent (no prompt from the previous one). N of them take one batched
+encoder call; then each window's `decode_with_fallback` runs on a thread of its own and the
+`StepBatcher` (the pipeline's, or one made for the call) runs their cached steps as one batched
+decoder forward per step. Tokens are yielded the moment they are chosen, tagged with their
+window (and renumbered in the order they leave); segments and words (from each window's own
+cross-attention K/V) come out in time order once the windows before them are done.
+
+A window decoded in a batch gives the same tokens as decoded alone (`batch_size=1`): the batch
+changes only float rounding (tests/test_batched.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import torch
+
+from xattn.model.audio import N_FRAMES, N_SAMPLES, log_mel_spectrogram, pad_or_trim
+from xattn.model.batching import StepBatcher, model_work
+from xattn.model.decoding import DecodeOptions, LogitRules, detect_language
+from xattn.model.prompts import suppressed_ids, window_tokens
+from xattn.model.results import (
+    Segment,
+    TimeSpan,
+    TokenEvent,
+    Transcript,
+    WindowDiscarded,
+    WindowStart,
+)
+from xattn.model.tokenizer import TIME_PRECISION
+from xattn.model.transcribe import INPUT_STRIDE, Context, decode_with_fallback, split_segments
+from xattn.model.vad import SAMPLE_RATE, SpeechMap, SpeechSpan, group_spans, join_speech
+from xattn.model.vad_filter import frame_clock, map_segment
+
+WINDOW = N_SAMPLES  # samples in a 30 s window
+
+
+@dataclasses.dataclass(frozen=True)
+class Piece:
+    """One window of the batched pipeline: its spans of the original audio, joined."""
+
+    index: int
+    spans: tuple[SpeechSpan, ...]
+
+
+def windows_of(n_samples: int, spans: list[SpeechSpan] | None) -> list[Piece]:
+    """The windows: speech spans grouped to <= 30 s (vad_filter), or 30 s cuts of the audio."""
+    if spans is None:
+        spans = [SpeechSpan(s, min(s + WINDOW, n_samples)) for s in range(0, n_samples, WINDOW)]
+        groups = [(s,) for s in spans]
+    else:
+        groups = group_spans(spans, WINDOW / SAMPLE_RATE)
+    return [Piece(i, g) for i, g in enumerate(groups)]
+
+
+def transcribe_batched(
+    ctx: Context,
+    audio: np.ndarray,
+    options: DecodeOptions,
+    batch_size: int,
+    spans: list[SpeechSpan] | None = None,
+) -> Iterator:
+    """Every event of the batched transcription of `audio` (16 kHz mono float32), times on the
+    original clock; `spans`: the speech (vad_filter), None: all of it."""
+    own = ctx.batcher is None
+    batcher = StepBatcher(ctx.model, max_batch=max(batch_size, 1)) if own else ctx.batcher
+    ctx = dataclasses.replace(ctx, batcher=batcher)
+    try:
+        yield from _batched(ctx, audio, options, batch_size, spans)
+    finally:
+        if own:
+            batcher.close()
+
+
+def _batched(ctx, audio, options, batch_size, spans) -> Iterator:
+    model, tok = ctx.model, ctx.tokenizer
+    run = model_work(ctx.batcher)
+    device, dtype = model.device, next(model.parameters()).dtype
+    pieces = windows_of(len(audio), spans)
+    language = options.language
+    suppress = ctx.suppress
+    if options.suppress_tokens != (-1,):
+        suppress = suppressed_ids(options.suppress_tokens, ctx.suppress, tok.task_ids)
+    max_initial = options.max_initial_timestamp
+    rules_args = dict(
+        suppress=torch.tensor(suppress, dtype=torch.long, device=device),
+        suppress_blank=torch.tensor(
+            ctx.suppress_blank if options.suppress_blank else (), dtype=torch.long, device=device
+        ),
+        eot=tok.eot,
+        timestamp_begin=tok.timestamp_begin,
+        no_timestamps=tok.no_timestamps,
+        max_initial_timestamp_index=round(max_initial / TIME_PRECISION) if max_initial else None,
+        timestamps=not options.without_timestamps,
+    )
+    segments: list[Segment] = []
+    index = 0
+    for b in range(0, len(pieces), batch_size):
+        batch = pieces[b : b + batch_size]
+        # as a sequential window: the log-mel of the audio and 30 s of zeros, its first 30 s
+        mels = [
+            run(log_mel_spectrogram, join_speech(audio, p.spans), model.dims.n_mels, N_SAMPLES)
+            for p in batch
+        ]  # each [n_mels, content + 3000]
+        sizes = [min(N_FRAMES, m.shape[-1] - N_FRAMES) for m in mels]
+        mel = torch.stack([pad_or_trim(m, N_FRAMES) for m in mels]).to(device, dtype)
+        features = run(model.encoder, mel)  # [B, 1500, d]
+        if language is None:
+            language = "en"
+            if tok.multilingual:
+                language, _ = run(lambda f=features: detect_language(model, f[:1], tok))
+        sot = tok.sot_sequence(language, options.task)
+        initial = window_tokens(
+            sot_sequence=sot,
+            previous=[],
+            sot_prev=tok.sot_prev,
+            no_timestamps=tok.no_timestamps,
+            n_text_ctx=model.dims.n_text_ctx,
+            encode=tok.encode,
+            prefix=None,
+            hotwords=options.hotwords,
+            without_timestamps=options.without_timestamps,
+        )
+        rules = LogitRules(sample_begin=len(initial), **rules_args)
+        jobs = [
+            _Window(ctx, p, sizes[i], features[i : i + 1], initial, rules, options)
+            for i, p in enumerate(batch)
+        ]
+        for job in jobs:
+            yield job.start_event(language)
+        for event in _interleave(jobs):
+            if isinstance(event, TokenEvent):
+                event = dataclasses.replace(event, index=index)
+                index += 1
+            yield event
+        for job in jobs:  # time order: the windows' segments one window after the other
+            for seg in job.segments(sot, language):
+                seg = dataclasses.replace(seg, id=len(segments))
+                segments.append(seg)
+                yield seg
+    text = "".join(s.text for s in segments)
+    duration = len(audio) / SAMPLE_RATE
+    speech = None if spans is None else tuple(TimeSpan(s.start_s, s.end_s) for s in spans)
+    yield Transcript(text, language or "en", tuple(segments), duration, speech=speech)
+
+
+class _Window:
+    """One window's decode, run on a thread of its own."""
+
+    def __init__(self, ctx, piece: Piece, size: int, features, initial, rules, options):
+        self.ctx, self.piece, self.options = ctx, piece, options
+        self.features, self.initial, self.rules = features, initial, rules
+        self.size = size  # mel frames of audio
+        self.num_frames = size // INPUT_STRIDE
+        self.smap = SpeechMap(piece.spans)
+        self.cache = None
+        self.result = None
+
+    def start_event(self, language: str) -> WindowStart:
+        clock = frame_clock(self.smap, 0.0, self.num_frames)
+        return WindowStart(self.piece.index, clock[0].start, self.num_frames, language, clock)
+
+    def decode(self, out: queue.Queue) -> None:
+        """On its thread: the window's token events into `out`, then None."""
+        try:
+            with torch.inference_mode():
+                self.cache = model_work(self.ctx.batcher)(self.ctx.model.new_cache, self.features)
+                steps = decode_with_fallback(
+                    self.ctx,
+                    self.features,
+                    self.cache,
+                    self.initial,
+                    self.rules,
+                    self.options,
+                    self.piece.index,
+                    0,
+                    0.0,
+                    self.num_frames,
+                    torch.Generator().manual_seed(self.options.seed),
+                )
+                while True:
+                    try:
+                        event = next(steps)
+                    except StopIteration as stop:
+                        self.result, _ = stop.value
+                        break
+                    out.put(self._mapped(event))
+        except BaseException as e:  # the caller raises it
+            out.put(e)
+        finally:
+            out.put(None)
+
+    def _mapped(self, event: TokenEvent | WindowDiscarded) -> TokenEvent | WindowDiscarded:
+        if isinstance(event, TokenEvent) and event.online_time is not None:
+            t = event.online_time
+            return dataclasses.replace(event, online_time=round(t + self.smap.shift(t), 2))
+        return event
+
+    def segments(self, sot: tuple[int, ...], language: str) -> list[Segment]:
+        """The window's segments on the original clock (none for a silent window)."""
+        r, o, tok = self.result, self.options, self.ctx.tokenizer
+        silent = o.no_speech_threshold is not None and r.no_speech_prob > o.no_speech_threshold
+        if silent and o.logprob_threshold is not None:
+            silent = r.avg_logprob <= o.logprob_threshold
+        if silent:
+            return []
+        pieces, _, _ = split_segments(list(r.tokens), tok.timestamp_begin, 0.0, self.size)
+        words = timings = [() for _ in pieces]
+        if o.word_timestamps and self.ctx.aligner is not None:
+            pieces, words, timings, _ = model_work(self.ctx.batcher)(
+                self.ctx.aligner.align,
+                *(self.cache, sot, pieces, self.num_frames, language, 0.0, 0.0),
+                *(o.prepend_punctuations, o.append_punctuations),
+            )
+        out = []
+        for p, w, t in zip(pieces, words, timings, strict=True):
+            text = tok.decode(list(p.tokens))
+            if p.start == p.end or not text.strip():
+                continue
+            seg = Segment(
+                id=0,
+                window=self.piece.index,
+                seek=0,
+                start=p.start,
+                end=p.end,
+                text=text,
+                tokens=p.tokens,
+                temperature=r.temperature,
+                avg_logprob=r.avg_logprob,
+                compression_ratio=r.compression_ratio,
+                no_speech_prob=r.no_speech_prob,
+                words=tuple(w),
+                token_timings=tuple(t),
+            )
+            out.append(map_segment(seg, self.smap))
+        return out
+
+
+def _interleave(jobs: list[_Window]) -> Iterator[TokenEvent | WindowDiscarded]:
+    """Run the windows' decodes on threads; yield their events as they come."""
+    out: queue.Queue = queue.Queue()
+    running = len(jobs)
+    with ThreadPoolExecutor(len(jobs), thread_name_prefix="xattn-window") as pool:
+        for job in jobs:
+            pool.submit(job.decode, out)
+        error = None
+        while running:
+            item = out.get()
+            if item is None:
+                running -= 1
+            elif isinstance(item, BaseException):
+                error = error or item
+            elif error is None:
+                yield item
+    if error is not None:
+        raise error
