@@ -107,8 +107,11 @@ class Assembler:
         kind = msg.WhichOneof("event")
         if kind == "window_start":
             ws = msg.window_start
-            self.windows.append(Window(ws.window, ws.offset, ws.num_frames, ws.language))
-            return [WindowStarted(ws.window, ws.offset, ws.num_frames, ws.language)]
+            clock = tuple((c.first_frame, c.num_frames, c.start) for c in ws.clock)
+            self.windows.append(
+                Window(ws.window, ws.offset, ws.num_frames, ws.language, clock=clock)
+            )
+            return [WindowStarted(ws.window, ws.offset, ws.num_frames, ws.language, clock)]
         if kind == "token":
             return [self._token(msg.token)]
         if kind == "window_discarded":
@@ -140,6 +143,7 @@ class Assembler:
             timestamp=t.timestamp if t.HasField("timestamp") else None,
             offset=w.offset,
             early=t.early,
+            clock=w.clock,
         )
         if t.HasField("alignment") and t.alignment.shape:
             token.row = decode_tensor(t.alignment)
@@ -170,6 +174,7 @@ class Assembler:
                 tm.decode_seconds,
                 tm.total_seconds,
             ),
+            speech=[(s.start, s.end) for s in t.speech] if t.vad_filtered else None,
         )
         return self.result
 

@@ -18,6 +18,15 @@ FRAMES_PER_SECOND = 50  # one frame is 20 ms
 Head = tuple[int, int]  # (layer, head), both 0-based
 
 
+def frame_time(clock: tuple[tuple[int, int, float], ...], offset: float, frame: float) -> float:
+    """Seconds on the file's clock of a window's `frame`: through its vad_filter clock, else
+    offset + frame / 50."""
+    for first, count, start in clock:
+        if first <= frame < first + count:
+            return start + (frame - first) / FRAMES_PER_SECOND
+    return offset + frame / FRAMES_PER_SECOND
+
+
 @dataclass(frozen=True)
 class ModelInfo:
     """What GetModelInfo says, with the numbers the renderers use."""
@@ -57,6 +66,7 @@ class WindowStarted:
     offset: float
     num_frames: int
     language: str
+    clock: tuple[tuple[int, int, float], ...] = ()  # vad_filter: see Window.clock
 
 
 @dataclass
@@ -77,6 +87,7 @@ class Token:
     offset: float = 0.0  # the window's start in the file
     start: float | None = None  # its word's start (file clock), when words were asked
     early: bool = False  # a beam search sent it before its window's search ended
+    clock: tuple[tuple[int, int, float], ...] = ()  # vad_filter: its window's (see Window)
 
     @property
     def label(self) -> str:
@@ -92,7 +103,7 @@ class Token:
         """The attention peak on the file's clock, seconds."""
         if self.peak_frame is None:
             return None
-        return self.offset + self.peak_frame / FRAMES_PER_SECOND
+        return frame_time(self.clock, self.offset, self.peak_frame)
 
     @property
     def play_time(self) -> float:
@@ -100,7 +111,7 @@ class Token:
         if self.start is not None:
             return self.start
         if self.kind == "timestamp" and self.timestamp is not None:
-            return self.offset + self.timestamp
+            return frame_time(self.clock, self.offset, self.timestamp * FRAMES_PER_SECOND)
         return self.peak_time if self.peak_time is not None else self.offset
 
     def to_dict(self) -> dict[str, Any]:
@@ -183,6 +194,9 @@ class Window:
     language: str
     tokens: list[Token] = field(default_factory=list)
     discarded: int = 0  # attempts rejected so far
+    # vad_filter: (first frame, frames, start s) pieces: where its frames lie on the file's
+    # clock (a window of joined speech); (): frame f at offset + f / 50
+    clock: tuple[tuple[int, int, float], ...] = ()
 
     def matrix(self) -> np.ndarray:
         """The rows stacked: [n_tokens, n_heads, 1500] (tokens without rows are left out)."""
@@ -217,6 +231,7 @@ class Result:
     heads: list[Head] | None  # what each row index means; None: the alignment-head mean
     info: ModelInfo
     timings: Timings = field(default_factory=Timings)
+    speech: list[tuple[float, float]] | None = None  # vad_filter: the spans decoded as speech
 
     @property
     def tokens(self) -> list[Token]:
@@ -234,12 +249,14 @@ class Result:
             "duration": round(self.duration, 3),
             "model": self.info.name,
             "segments": [s.to_dict() for s in self.segments],
+            "speech": self.speech,
             "tokens": [t.to_dict() for t in self.tokens],
             "windows": [
                 {
                     "window": w.window,
                     "offset": w.offset,
                     "num_frames": w.num_frames,
+                    "clock": [list(p) for p in w.clock],
                     "language": w.language,
                     "token_indices": [t.index for t in w.tokens],
                     "discarded_attempts": w.discarded,

@@ -63,7 +63,11 @@ def fw_model():
 @pytest.fixture(scope="module")
 def filtered(gap_audio) -> list:
     options = DecodeOptions(
-        language="en", vad_filter=True, word_timestamps=True, online_timestamps=True
+        language="en",
+        vad_filter=True,
+        word_timestamps=True,
+        online_timestamps=True,
+        return_attention=True,
     )
     return list(pipeline("tiny.en").transcribe(gap_audio, options))
 
@@ -205,3 +209,34 @@ def test_proto_options_and_events_convert() -> None:
     done = convert.transcript(Transcript("", "en", (), 6.0, speech=(TimeSpan(1.0, 3.0),)))
     assert done.vad_filtered and [(s.start, s.end) for s in done.speech] == [(1.0, 3.0)]
     assert not convert.transcript(Transcript("", "en", (), 6.0)).vad_filtered
+
+
+def test_client_rows_and_png_on_the_original_clock(filtered, tmp_path) -> None:
+    """The vad_filter stream through the proto into the client: each token's peak lies in
+    speech on the file's clock, and the PNG draws the skipped span grey between the two."""
+    from xattn.clients.api import model_info
+    from xattn.clients.assemble import Assembler
+    from xattn.clients.render.png import frame_pieces, write_png
+    from xattn.service import convert
+    from xattn.service.engine import Limits
+    from xattn.service.rows import row_spec
+    from xattn.v1 import transcriber_pb2 as pb
+
+    pipe = pipeline("tiny.en")
+    mean = pb.ALIGNMENT_MODE_MEAN_ALIGNMENT_HEADS
+    rows = row_spec(pb.AlignmentOptions(), mean, pipe.dims, pipe.alignment_heads)
+    shaper = convert.StreamShaper(rows, pipe.tokenizer.eot)
+    info = model_info(convert.model_info(pipe, Limits()))
+    assembler = Assembler(info, None)
+    for event in filtered:
+        assembler.feed(shaper(event))
+    result = assembler.result
+    assert result.speech == [(s.start, s.end) for s in filtered[-1].speech]
+    peaks = [t.peak_time for t in result.tokens if t.kind == "text" and t.text.strip()]
+    spans = result.speech
+    assert peaks and all(any(a - 0.1 <= p <= b + 0.1 for a, b in spans) for p in peaks)
+    (window,) = result.windows
+    pieces = frame_pieces(window, window.num_frames)
+    assert [round(p[2], 1) for p in pieces] == [round(a, 1) for a, _ in spans]
+    (png,) = write_png(result, tmp_path / "vad.png")
+    assert png.stat().st_size > 10_000

@@ -89,6 +89,7 @@ def event_dict(event: Event) -> dict[str, Any]:
             "window": event.window,
             "offset": event.offset,
             "num_frames": event.num_frames,
+            "clock": [list(p) for p in event.clock],
             "language": event.language,
         }
     if isinstance(event, Token):
@@ -121,7 +122,8 @@ def result_events(result: Result) -> list[dict[str, Any]]:
     """The events that rebuild `result` (accepted attempts only)."""
     events: list[dict[str, Any]] = []
     for w in result.windows:
-        events.append(event_dict(WindowStarted(w.window, w.offset, w.num_frames, w.language)))
+        started = WindowStarted(w.window, w.offset, w.num_frames, w.language, w.clock)
+        events.append(event_dict(started))
         events.extend(token_event(t) for t in w.tokens if t.row is not None)
     events.append(done_event(result))
     return events

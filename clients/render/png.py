@@ -23,7 +23,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from xattn.clients.assemble import alignment_mean, mean_rows  # noqa: E402
-from xattn.clients.data import FRAMES_PER_SECOND, Result, Window  # noqa: E402
+from xattn.clients.data import FRAMES_PER_SECOND, Result, Window, frame_time  # noqa: E402
 from xattn.clients.render.terminal import visible_frames  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -51,6 +51,15 @@ def output_paths(out: Path, n_windows: int) -> list[Path]:
     return [out.with_name(f"{out.stem}-{i + 1}{suffix}") for i in range(n_windows)]
 
 
+def frame_pieces(window: Window, shown: int) -> list[tuple[int, int, float]]:
+    """(first frame, frames, start s) of the window's pieces on the file's clock, the last
+    one stretched to `shown` frames: one piece, unless vad_filter joined several spans."""
+    pieces = [p for p in window.clock if p[0] < shown] or [(0, shown, window.offset)]
+    first, _, start = pieces[-1]
+    pieces[-1] = (first, shown - first, start)
+    return pieces
+
+
 def window_figure(window: Window, result: Result, picked: list[int]) -> plt.Figure:
     tokens = [t for t in window.tokens if t.row is not None]
     n = len(tokens)
@@ -64,17 +73,22 @@ def window_figure(window: Window, result: Result, picked: list[int]) -> plt.Figu
     fig = plt.figure(figsize=(WIDTH_IN, figure_height(n)), dpi=DPI)
     height = figure_height(n)
     ax = fig.add_axes((0.1, 0.75 / height, 0.86, 1 - 2.05 / height))
-    t0, t1 = window.offset, window.offset + shown / FRAMES_PER_SECOND
-    ax.imshow(
-        matrix,
-        aspect="auto",
-        cmap="inferno",
-        interpolation="nearest",
-        extent=(t0, t1, max(n, 1) - 0.5, -0.5),
-        vmin=0.0,
-        vmax=1.0,
-    )
-    end = window.offset + window.num_frames / FRAMES_PER_SECOND
+    pieces = frame_pieces(window, shown)
+    t0, t1 = pieces[0][2], pieces[-1][2] + pieces[-1][1] / FRAMES_PER_SECOND
+    for first, count, start in pieces:  # vad_filter: each span of speech where it was heard
+        ax.imshow(
+            matrix[:, first : first + count],
+            aspect="auto",
+            cmap="inferno",
+            interpolation="nearest",
+            extent=(start, start + count / FRAMES_PER_SECOND, max(n, 1) - 0.5, -0.5),
+            vmin=0.0,
+            vmax=1.0,
+        )
+    for (_, c, a), (_, _, b) in zip(pieces, pieces[1:], strict=False):  # skipped: no speech
+        ax.axvspan(a + c / FRAMES_PER_SECOND, b, color="#9e9e9e", alpha=0.85, linewidth=0)
+    last = window.num_frames - 1
+    end = frame_time(window.clock, window.offset, last) + 1 / FRAMES_PER_SECOND
     ax.axvline(end, color="white", linestyle="--", linewidth=1.2)
     ax.axvspan(end, t1, color="grey", alpha=0.35, linewidth=0)
     ax.text(

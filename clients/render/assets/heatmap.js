@@ -90,6 +90,7 @@ function draw() {
       G.label, G.top, g.plotW, g.n * g.rh);
   }
   drawPadding(ctx, g, win);
+  drawSkips(ctx, g, win);
   if (S.showWords) drawWordPath(ctx, g, win);
   drawPeaks(ctx, g, win);
   drawLabels(ctx, g, win);
@@ -113,6 +114,21 @@ function drawPadding(ctx, g, win) {
     ctx.setLineDash([]);
     ctx.fillStyle = "#ddd"; ctx.font = "10px sans-serif"; ctx.textAlign = "left";
     ctx.fillText("end of audio", Math.min(x + 4, x1 - 64), G.top - 4);
+  }
+}
+
+// vad_filter: the window is speech joined back to back; a grey band where a skipped (silent)
+// stretch of the file lies between two of its frames, labelled with its length.
+function drawSkips(ctx, g, win) {
+  const clock = win.clock || [];
+  for (let i = 1; i < clock.length; i++) {
+    const [first, , start] = clock[i], [pf, pc, ps] = clock[i - 1];
+    const x = frameX(g, first), gap = start - (ps + pc / FPS);
+    if (x < G.label || x > G.label + g.plotW) continue;
+    ctx.fillStyle = "rgba(158,158,158,0.9)";
+    ctx.fillRect(x - 2, G.top - 6, 4, g.n * g.rh + 6);
+    ctx.fillStyle = "#ddd"; ctx.font = "10px sans-serif"; ctx.textAlign = "center";
+    ctx.fillText(`skipped ${gap.toFixed(1)} s`, x, G.top - 8);
   }
 }
 

@@ -76,7 +76,7 @@ function attachWords(win) {
   }
   win.tokens.forEach((t) => {
     t.start = t.word != null ? words[t.word].start
-      : t.kind === "timestamp" ? win.offset + t.timestamp : win.offset + t.peakFrame / FPS;
+      : t.kind === "timestamp" ? frameTime(win, t.timestamp * FPS) : frameTime(win, t.peakFrame);
   });
 }
 
@@ -92,6 +92,15 @@ function peakFrame(rows, numFrames) {
   return best;
 }
 
+// A window's frame on the file's clock: through its vad_filter clock ([first, count, start]
+// pieces of joined speech), else offset + frame / 50.
+function frameTime(win, frame) {
+  for (const [first, count, start] of win.clock || []) {
+    if (frame >= first && frame < first + count) return start + (frame - first) / FPS;
+  }
+  return win.offset + frame / FPS;
+}
+
 function handle(ev, quiet) {
   S.events++;
   if (ev.type === "window_start") {
@@ -104,7 +113,7 @@ function handle(ev, quiet) {
       return;
     }
     S.windows.push({ window: ev.window, offset: ev.offset, numFrames: ev.num_frames,
-      language: ev.language, tokens: [], version: 0 });
+      clock: ev.clock || [], language: ev.language, tokens: [], version: 0 });
     if (S.windows.length === 1 || (CONFIG.live && !S.pickedWindow)) {
       S.current = S.windows.length - 1; S.selected = -1; fit();
     }
@@ -233,7 +242,7 @@ function showHover(e) {
   S.hoverRow = cell ? cell.row : -1;
   if (!cell || !win) { tooltip.hidden = true; S.hover = null; schedule(); return; }
   const t = win.tokens[cell.row], m = viewMatrix(win), w = m[cell.row * FRAMES + cell.frame];
-  const time = win.offset + cell.frame / FPS;
+  const time = frameTime(win, cell.frame);
   S.hover = { row: cell.row, index: t.index, token: t.label, frame: cell.frame, time, weight: w };
   tooltip.hidden = false;
   tooltip.textContent = `“${t.label}” (#${t.index}) · ${time.toFixed(2)} s (frame ${cell.frame})` +
@@ -261,7 +270,7 @@ window.addEventListener("mouseup", (e) => {
   const d = drag; drag = null;
   if (!d || d.moved) return;
   const cell = cellAt(e.clientX, e.clientY);
-  if (cell) { S.selected = cell.row; audio.currentTime = currentWindow().offset + cell.frame / FPS; refresh(); }
+  if (cell) { S.selected = cell.row; audio.currentTime = frameTime(currentWindow(), cell.frame); refresh(); }
 });
 canvas.addEventListener("wheel", (e) => {
   e.preventDefault();
@@ -285,7 +294,7 @@ window.xattn = {
   get rows() { const w = currentWindow(); return w ? w.tokens.length : 0; },
   get tokens() {
     const w = currentWindow();
-    return w ? w.tokens.map(({ rows, ...t }) => ({ ...t, peakTime: w.offset + t.peakFrame / FPS })) : [];
+    return w ? w.tokens.map(({ rows, ...t }) => ({ ...t, peakTime: frameTime(w, t.peakFrame) })) : [];
   },
   get windows() { return S.windows.length; },
   get allRows() { return S.windows.reduce((a, w) => a + w.tokens.length, 0); },

@@ -1,0 +1,96 @@
+"""Batched long-form (model/batched.py): windows decoded N at once give the tokens of the same
+windows decoded one by one; rows sum to 1; words and segments are in order on the file's clock.
+
+The audio (~60 s) is built from the shared clips with pauses, so that vad_filter groups it
+into three windows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import SHARED_AUDIO
+from openai_ref import pipeline
+
+from xattn.model.audio import decode_audio
+from xattn.model.decoding import DecodeOptions, OptionsError
+from xattn.model.results import Segment, TokenEvent, Transcript, WindowStart
+from xattn.model.vad import SAMPLE_RATE
+
+CLIPS = ("eval/audio/cuttledoc_fleurs-en-005.ogg", "eval/audio/coqui_LJ001-0007.wav")
+
+
+@pytest.fixture(scope="module")
+def long_audio(jfk_path) -> np.ndarray:
+    paths = [SHARED_AUDIO.parent / c for c in CLIPS]
+    if not all(p.is_file() for p in paths):
+        pytest.skip("shared eval audio missing")
+    jfk, b, c = decode_audio(jfk_path), *(decode_audio(p) for p in paths)
+    pause = np.zeros(3 * SAMPLE_RATE, dtype=np.float32)
+    return np.concatenate([jfk, pause, b, pause, c, jfk, b])
+
+
+def _run(audio: np.ndarray, batch_size: int, vad: bool) -> list:
+    options = DecodeOptions(
+        batch_size=batch_size,
+        vad_filter=vad,
+        word_timestamps=True,
+        return_attention=True,
+        temperatures=(0.0,),
+        language="en",
+    )
+    return list(pipeline("tiny.en").transcribe(audio, options))
+
+
+def _tokens(events: list) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for e in events:
+        if isinstance(e, TokenEvent):
+            out.setdefault(e.window, []).append(e.id)
+    return out
+
+
+@pytest.fixture(scope="module")
+def batched(long_audio) -> list:
+    return _run(long_audio, 4, vad=True)
+
+
+def test_batched_equals_one_by_one(long_audio, batched) -> None:
+    one_by_one = _run(long_audio, 1, vad=True)
+    assert len(_tokens(batched)) == 3
+    assert _tokens(batched) == _tokens(one_by_one)
+    assert batched[-1].text == one_by_one[-1].text
+
+
+def test_rows_words_and_segments_in_order(long_audio, batched) -> None:
+    tokens = [e for e in batched if isinstance(e, TokenEvent)]
+    assert [e.index for e in tokens] == list(range(len(tokens)))
+    for e in tokens:
+        assert np.allclose(e.attention.sum(-1), 1.0, atol=1e-3)  # [L, H]
+    transcript = batched[-1]
+    assert isinstance(transcript, Transcript)
+    segments = [e for e in batched if isinstance(e, Segment)]
+    assert segments == list(transcript.segments)
+    starts = [s.start for s in segments]
+    assert starts == sorted(starts) and starts[-1] < len(long_audio) / SAMPLE_RATE
+    words = [w for s in segments for w in s.words]
+    assert [w.start for w in words] == sorted(w.start for w in words)
+    assert all(w.start <= w.end for w in words)
+    assert transcript.text.count("ask not what your country") == 2
+    windows = [e for e in batched if isinstance(e, WindowStart)]
+    assert [w.window for w in windows] == [0, 1, 2]
+    assert all(sum(p.count for p in w.clock) == w.num_frames for w in windows)
+
+
+def test_without_vad_cuts_30_s_windows(long_audio) -> None:
+    audio = long_audio[: 40 * SAMPLE_RATE]
+    events = _run(audio, 2, vad=False)
+    windows = [e for e in events if isinstance(e, WindowStart)]
+    assert [(w.offset, w.num_frames) for w in windows] == [(0.0, 1500), (30.0, 500)]
+    assert events[-1].speech is None
+    assert "ask not what your country" in events[-1].text
+
+
+def test_batch_size_range() -> None:
+    with pytest.raises(OptionsError, match="batch_size 0 is outside 1..64"):
+        pipeline("tiny.en").validate(DecodeOptions(batch_size=0))
