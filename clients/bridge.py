@@ -4,7 +4,8 @@ One process on 127.0.0.1 serves the page (the inspector with clients/render/asse
 the page's JS and CSS inline, no network) and bridges each WebSocket to one
 StreamingRecognize over the path `xattn stream -` takes (streaming.stream_chunks, on a
 thread): the browser never speaks gRPC, and the events it gets back are the inspector's
-(stream_inspect.PageEvents: window_start, token, segment, interim, done; error).
+(stream_inspect.PageEvents: window_start, token, segment, interim, done; error; with --vad
+speech_activity, shown beside the record button), one JSON array per live result.
 
 The page's side of the WebSocket (GET /ws), in order:
     {"type": "start", "language": "en"}   text, once; language optional ("" or absent: the
@@ -28,6 +29,7 @@ import asyncio
 import json
 import logging
 import threading
+import time
 import webbrowser
 from http import HTTPStatus
 from typing import Any
@@ -41,7 +43,7 @@ from websockets.http11 import Request, Response
 from xattn.clients.api import Client, ServerError, Unreachable, alignment_options, connect
 from xattn.clients.pcm import PcmQueue, SourceError
 from xattn.clients.stream_inspect import PageEvents
-from xattn.clients.streaming import LiveDone, live_config, stream_chunks
+from xattn.clients.streaming import LiveDone, LiveResult, live_config, stream_chunks
 from xattn.v1 import transcriber_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--open", action="store_true", help="open the page in a browser")
     parser.add_argument(
         "--commit-margin", type=float, help="seconds of audio a token's attention must leave"
+    )
+    parser.add_argument(
+        "--vad", action="store_true", help="voice activity detection: shown on the page"
     )
 
 
@@ -88,7 +93,7 @@ class Bridge:
             None,
             "microphone",
             scripts=("live.js", "live.css"),
-            extra={"mic": {"ws": WS_PATH, "max_message": MAX_MESSAGE}},
+            extra={"mic": {"ws": WS_PATH, "max_message": MAX_MESSAGE, "vad": config.vad}},
         ).encode("utf-8")
         self.port = 0
         self.tabs = 0
@@ -222,8 +227,9 @@ class Tab:
         self.abandoned.set()
         self.chunks.stop.set()
 
-    def _emit(self, event: dict[str, Any] | None) -> None:
-        text = None if event is None else json.dumps(event, separators=(",", ":"))
+    def _emit(self, events: list[dict[str, Any]] | None) -> None:
+        """Send `events` as one text message (a JSON array); None ends the sending."""
+        text = None if events is None else json.dumps(events, separators=(",", ":"))
         self.loop.call_soon_threadsafe(self.out.put_nowait, text)
 
     def _pump(self, language: str | None) -> None:
@@ -234,22 +240,27 @@ class Tab:
         translate = PageEvents(config.language)
         b = self.bridge
         b.streams += 1
-        self._emit({"type": "started", "stream": b.streams})
+        self._emit([{"type": "started", "stream": b.streams}])
         try:
             for event in stream_chunks(b.client, self.chunks, config, b.token):
                 if self.abandoned.is_set():
                     break
-                for ev in translate(event):
-                    self._emit(ev)
+                received = round(time.time() * 1000, 1)  # epoch ms: the page's delay after it
+                events = translate(event)
+                for ev in events:
+                    if ev["type"] == "segment" and isinstance(event, LiveResult):
+                        ev["bridge_ms"] = received
+                        ev["bridge_sent_s"] = round(event.sent_seconds, 3)  # audio forwarded
+                self._emit(events)  # one message: the page draws once per result
                 if isinstance(event, LiveDone):
                     log.info("stream %d done: %s", b.streams, event.text.strip())
         except ServerError as e:
-            self._emit({"type": "error", "code": e.code, "message": e.details})
+            self._emit([{"type": "error", "code": e.code, "message": e.details}])
         except Unreachable as e:
-            self._emit({"type": "error", "code": "UNAVAILABLE", "message": str(e)})
+            self._emit([{"type": "error", "code": "UNAVAILABLE", "message": str(e)}])
         except Exception as e:  # the page shows it; this tab's stream only
             log.exception("stream failed")
-            self._emit({"type": "error", "code": type(e).__name__, "message": str(e)})
+            self._emit([{"type": "error", "code": type(e).__name__, "message": str(e)}])
         finally:
             self._emit(None)
 
@@ -264,7 +275,7 @@ class Tab:
 
 def run(args: argparse.Namespace, console: Console) -> int:
     """Serve until Ctrl-C; raises xattn.clients.api's errors (cli maps them)."""
-    config = live_config(language=args.language, commit_margin=args.commit_margin)
+    config = live_config(language=args.language, commit_margin=args.commit_margin, vad=args.vad)
     config.alignment.CopyFrom(alignment_options("all", "float16"))  # every head: the views
     with connect(args.server, ca_file=args.ca, timeout=args.timeout, token=args.token) as client:
         bridge = Bridge(client, config, args.token)

@@ -37,6 +37,7 @@ from xattn.clients.streaming import (
     LiveDone,
     LiveEvent,
     LiveResult,
+    LiveSpeech,
     live_config,
     read_pcm16,
     result_dict,
@@ -91,6 +92,7 @@ class StreamView:
         """`duration` None: a live source (a pipe, a microphone), `heard()` its seconds sent."""
         self.info, self.source, self.duration, self.speed = info, source, duration, speed
         self.heard = heard
+        self.speaking: bool | None = None  # None: no voice activity events (no --vad)
         self.finals: list[LiveResult] = []
         self.interim: LiveResult | None = None
         self.windows: list[Window] = []
@@ -108,7 +110,10 @@ class StreamView:
         """A view, once the model's info is known."""
         return lambda info: cls(info, source, duration, speed, heard)
 
-    def update(self, event: LiveResult | LiveDone) -> None:
+    def update(self, event: LiveEvent) -> None:
+        if isinstance(event, LiveSpeech):
+            self.speaking = event.kind == "begin"
+            return
         if isinstance(event, LiveDone):
             self.done, self.interim = event, None
             return
@@ -141,6 +146,8 @@ class StreamView:
         if self.done is None and self.duration is None:
             heard = self.heard() if self.heard else time.monotonic() - self.started
             status = f"{self.info.name} · listening to {self.source} · {heard:.1f} s sent"
+            if self.speaking is not None:
+                status += " · speech" if self.speaking else " · silence"
         elif self.done is None:
             heard = (time.monotonic() - self.started) * self.speed
             status = (
@@ -253,7 +260,7 @@ def show(
                     view.update(event)
                 if isinstance(event, LiveDone):
                     done = event
-                elif event.is_final:
+                elif isinstance(event, LiveResult) and event.is_final:
                     finals.append(event)
         finally:
             if live is not None:

@@ -12,6 +12,8 @@ JSON `xattn inspect --serve` sends over SSE), so the page's event handling is sh
     interim       the current guess after the finals (greyed on the page, replaced in
                   place); an empty text after each final clears it
     done          the finished stream (text, language, audio seconds)
+    speech_activity  voice activity (config.vad): kind begin|end|end_of_utterance, speaking,
+                  time (stream clock); the inspector skips it, the live page shows it
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from xattn.clients.streaming import (
     LiveDone,
     LiveEvent,
     LiveResult,
+    LiveSpeech,
     live_config,
     read_pcm16,
     stream_pcm,
@@ -49,6 +52,16 @@ class PageEvents:
         self.tokens = 0  # final tokens sent
 
     def __call__(self, event: LiveEvent) -> list[dict[str, Any]]:
+        if isinstance(event, LiveSpeech):
+            speaking = event.kind == "begin"
+            return [
+                {
+                    "type": "speech_activity",
+                    "kind": event.kind,
+                    "speaking": speaking,
+                    "time": round(event.time, 3),
+                }
+            ]
         if isinstance(event, LiveDone):
             return [
                 {"type": "interim", "text": ""},

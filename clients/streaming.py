@@ -92,7 +92,23 @@ class LiveDone:
     total_seconds: float
 
 
-LiveEvent = LiveResult | LiveDone
+@dataclass(frozen=True)
+class LiveSpeech:
+    """Voice activity (config.vad): speech began ("begin") or ended ("end"), or the single
+    utterance is over ("end_of_utterance"), at `time` on the stream's clock."""
+
+    kind: str
+    time: float
+    arrived: float  # seconds since the stream started (wall clock)
+
+
+SPEECH_KINDS = {
+    pb.SPEECH_EVENT_TYPE_SPEECH_ACTIVITY_BEGIN: "begin",
+    pb.SPEECH_EVENT_TYPE_SPEECH_ACTIVITY_END: "end",
+    pb.SPEECH_EVENT_TYPE_END_OF_SINGLE_UTTERANCE: "end_of_utterance",
+}
+
+LiveEvent = LiveResult | LiveDone | LiveSpeech
 
 
 def read_pcm16(path: str | Path) -> bytes:
@@ -146,7 +162,9 @@ def live_config(
     dtype: str = "float16",
     commit_margin: float | None = None,
     agreement: bool | None = None,
+    vad: bool = False,
 ) -> pb.StreamingRecognitionConfig:
+    """`vad`: the server's voice activity detection (no decode in silence; LiveSpeech events)."""
     config = pb.StreamingRecognitionConfig(
         encoding=pb.PCM_ENCODING_INT16,
         sample_rate=RATE,
@@ -154,6 +172,7 @@ def live_config(
         language=language or "",
         interim_results=interim,
         alignment=alignment_options(alignment, dtype),
+        vad=vad,
     )
     if commit_margin is not None:
         config.policy.commit_margin = commit_margin
@@ -220,12 +239,18 @@ def stream_chunks(
     done = False
     try:
         for response in call:
-            if response.HasField("done"):
+            arrived = time.monotonic() - requests.start
+            kind = response.WhichOneof("event")
+            if kind == "done":
                 done = True
                 yield _done(response.done)
-            else:
-                arrived = time.monotonic() - requests.start
+            elif kind == "result":
                 yield _result(response.result, requests.sent_seconds, arrived)
+            elif kind == "speech_event":
+                event = response.speech_event
+                yield LiveSpeech(SPEECH_KINDS.get(event.type, "unknown"), event.time, arrived)
+            else:  # a newer server's event this client does not know
+                log.debug("skipping a live event of kind %s", kind)
     except grpc.RpcError as e:
         _raise_for(e, client.address)
     finally:

@@ -211,7 +211,7 @@ def test_bridge_closes_bad_connections_not_itself(bridge: str, jfk_path: Path) -
         ws.send(json.dumps({"type": "stop"}))
         with pytest.raises(ConnectionClosed):
             while True:
-                events.append(json.loads(ws.recv(timeout=60)))
+                events += json.loads(ws.recv(timeout=60))  # one array per live result
     assert events[0]["type"] == "started" and events[-1]["type"] == "done"
     assert "fellow" in events[-1]["text"]
     assert any(e["type"] == "token" and e["shape"] == [24, 1500] for e in events)  # every head

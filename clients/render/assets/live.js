@@ -57,8 +57,8 @@ function micBar() {
     <span id="heard">0.0 s</span>
     <span id="mic-message" role="status"></span>
     <span id="activity" data-available="false"
-      title="speech activity: shown when the server sends speech-activity events (VAD)">
-      speech activity: not sent by this server</span>`;
+      title="speech activity: the server's voice activity detection (xattn live --serve --vad)">
+      ${MIC.vad ? "speech activity: waiting" : "speech activity: off (--vad)"}</span>`;
   document.getElementById("controls").before(bar);
   $("record").onclick = start;
   $("stop").onclick = stop;
@@ -156,15 +156,24 @@ function release(keepNode) {
   L.media = null;
 }
 
-function received(ev) {
-  if (ev.type === "started") return;
-  if (ev.type === "speech_activity") { L.activity.push(ev); showActivity(ev); return; }
-  if (ev.type === "segment") {
-    L.finals.push({ at: performance.now(), words: ev.words, text: ev.text, tokens: ev.tokens.length });
+// One message of the bridge: the events of one live result, drawn once.
+function received(events) {
+  let ended = null;
+  for (const ev of events) {
+    if (ev.type === "started") continue;
+    if (ev.type === "speech_activity") { L.activity.push(ev); showActivity(ev); continue; }
+    if (ev.type === "segment") {
+      L.finals.push({ at: performance.now(), wall: Date.now(), bridgeMs: ev.bridge_ms,
+        backlog: L.samples / RATE - ev.bridge_sent_s,  // s of audio sent, not yet forwarded
+        words: ev.words, text: ev.text, tokens: ev.tokens.length });
+    }
+    handle(ev, true);
+    if (ev.type === "done" || ev.type === "error") ended = ev;
   }
-  handle(ev);
-  if (ev.type === "done") finish();
-  if (ev.type === "error") failed(ev);
+  S.windows.forEach((w) => { if (w.tokens.length) attachWords(w); });
+  refresh();
+  if (ended && ended.type === "done") finish();
+  if (ended && ended.type === "error") failed(ended);
 }
 
 function showActivity(ev) {  // VAD events, once the server sends them
@@ -224,6 +233,14 @@ window.xattnLive = {
   get closed() { return L.closed; },
   get activity() { return L.activity.slice(); },
   get windows() { return S.windows.map((w) => ({ window: w.window, offset: w.offset, frames: w.numFrames })); },
+  recordedPcm() {  // what was sent, as base64 16 kHz mono int16 (benchmarks, tests)
+    let bin = "";
+    for (const c of L.pcm) {
+      const bytes = new Uint8Array(c.buffer, c.byteOffset, c.byteLength);
+      for (let i = 0; i < bytes.length; i += 8192) bin += String.fromCharCode(...bytes.subarray(i, i + 8192));
+    }
+    return btoa(bin);
+  },
   start, stop,
 };
 micBar();

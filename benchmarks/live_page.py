@@ -1,0 +1,202 @@
+"""The live page's latency: from the audio leaving the microphone to the final on the page.
+
+    python -m benchmarks.live_page [--clip ../shared/audio/jfk.flac] [--repeat 1] [--tabs 4]
+                                   [--json FILE|DIR | --no-json]
+
+A real server (tiny.en, in this process), the bridge (`xattn live --serve`, a subprocess)
+and Debian's Chromium, whose fake microphone plays the clip (repeated `--repeat` times,
+1 s apart) from a WAV. For 1 tab and for `--tabs` tabs recording at once:
+
+- page: the commit delay of a word = (when its final reached the page - when the first
+  sample left the microphone) - the word's end in an offline Transcribe (word timestamps,
+  greedy) of exactly the audio that tab sent (its recording, so both share one clock). The
+  first sample left the microphone one chunk (40 ms) before the first chunk reached the page.
+- bridge -> page: per final, the page's receipt minus the bridge's receipt of that result
+  from gRPC (one machine, one clock): what the bridge and the page add on the way back.
+- page -> bridge backlog: per final, the audio the page had sent minus the audio the bridge
+  had forwarded to gRPC when the result came (so it includes the way back, and up to one
+  40 ms chunk): what the way in adds.
+- gRPC only: benchmarks.streaming.one_stream on the clip's audio (100 ms chunks at 1x), as
+  many streams at once: what `benchmarks/streaming.py` measures.
+Words are matched to the reference by order and text (difflib), as benchmarks/streaming.py
+does. Timings on a shared, busy host vary by the decode steps' length: say so with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import difflib
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import soundfile
+
+from benchmarks import results
+from benchmarks.streaming import DEFAULT_CLIP, norm, one_stream, reference_words
+from xattn.clients.streaming import read_pcm16
+from xattn.model.pipeline import load_pipeline
+from xattn.service.background import BackgroundServer
+from xattn.service.server import ServerConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+RATE = 16000
+CHUNK_MS = 40.0  # the page's chunk (clients/render/assets/live.js)
+ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
+ARGS += ["--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream"]
+AUTO_STOP = """(after) => setInterval(() => {
+  if (xattnLive.phase === "recording" && xattnLive.sentSeconds > after)
+    document.getElementById("stop").click();
+}, 10)"""
+
+
+def matched_delays(ref: list[tuple[str, float]], live: list[tuple[str, float]]) -> list[float]:
+    """Arrival - reference end, for the live words that match the reference in order."""
+    matcher = difflib.SequenceMatcher(a=[norm(w) for w, _ in ref], b=[w for w, _ in live])
+    return [
+        live[block.b + k][1] - ref[block.a + k][1]
+        for block in matcher.get_matching_blocks()
+        for k in range(block.size)
+    ]
+
+
+def start_bridge(address: str) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "xattn.clients.cli", "live", "--serve", "--server", address],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    for line in proc.stdout:  # type: ignore[union-attr]
+        if "live page at " in line:
+            return proc, line.split("live page at ", 1)[1].split()[0]
+    raise RuntimeError("the bridge did not start")
+
+
+def wait(page: Any, expression: str, timeout: float) -> None:
+    """Poll (the page's CSP forbids the eval that wait_for_function needs)."""
+    deadline = time.monotonic() + timeout
+    while not page.evaluate(expression):
+        if time.monotonic() > deadline:
+            raise TimeoutError(expression)
+        time.sleep(0.05)
+
+
+def page_level(browser: Any, url: str, tabs: int, seconds: float, address: str) -> dict:
+    contexts = [browser.new_context() for _ in range(tabs)]
+    pages = [c.new_page() for c in contexts]
+    errors: list[str] = []
+    for page in pages:
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.goto(url)
+        page.evaluate(AUTO_STOP, seconds + 0.6)
+    for page in pages:
+        page.click("#record")
+    delays, hops, backlog, matched, words = [], [], [], 0, 0
+    try:
+        for page in pages:
+            wait(page, "['done', 'failed'].includes(xattnLive.phase)", 120 + 2 * seconds)
+            if page.evaluate("xattnLive.phase") != "done":
+                raise RuntimeError(page.evaluate("xattnLive.message"))
+            finals = page.evaluate("xattnLive.finals")
+            first = page.evaluate("xattnLive.firstChunkAt")  # ms: the first chunk's start
+            pcm = base64.b64decode(page.evaluate("xattnLive.recordedPcm()"))
+            ref = reference_words(address, pcm)
+            live = [(norm(w["word"]), (f["at"] - first) / 1000) for f in finals for w in f["words"]]
+            found = matched_delays(ref, live)
+            delays += found
+            matched, words = matched + len(found), words + len(ref)
+            hops += [f["wall"] - f["bridgeMs"] for f in finals]
+            backlog += [f["backlog"] for f in finals]
+    finally:
+        for c in contexts:
+            c.close()
+    if errors:
+        raise RuntimeError(f"console errors: {errors}")
+    return {
+        "path": "page (Chromium + bridge)",
+        "tabs": tabs,
+        "median s": round(statistics.median(delays), 2),
+        "p90 s": round(float(np.percentile(delays, 90)), 2),
+        "matched words": f"{matched}/{words}",
+        "bridge->page median ms": round(statistics.median(hops), 1),
+        "bridge->page p90 ms": round(float(np.percentile(hops, 90)), 1),
+        "bridge->page max ms": round(max(hops), 1),
+        "page->bridge backlog median ms": round(1000 * statistics.median(backlog), 1),
+        "page->bridge backlog max ms": round(1000 * max(backlog), 1),
+    }
+
+
+def grpc_level(address: str, pcm: bytes, streams: int) -> dict:
+    ref = reference_words(address, pcm)
+    with ThreadPoolExecutor(streams) as pool:
+        runs = list(pool.map(lambda _: one_stream(address, pcm, 1.0, ref, None), range(streams)))
+    delays = [d for r in runs for d in r.delays]
+    return {
+        "path": "gRPC only (benchmarks/streaming.py)",
+        "tabs": streams,
+        "median s": round(statistics.median(delays), 2),
+        "p90 s": round(float(np.percentile(delays, 90)), 2),
+        "matched words": f"{sum(r.matched for r in runs)}/{sum(r.reference_words for r in runs)}",
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--clip", type=Path, default=DEFAULT_CLIP)
+    parser.add_argument("--repeat", type=int, default=1, help="clip repeats, 1 s apart")
+    parser.add_argument("--tabs", type=int, default=4, help="tabs at once, 2nd level")
+    results.add_arguments(parser)
+    args = parser.parse_args(argv)
+    from playwright.sync_api import sync_playwright
+
+    pcm = bytes(2 * RATE).join([read_pcm16(args.clip)] * args.repeat)
+    seconds = len(pcm) / 2 / RATE
+    load = os.getloadavg()[0]
+    print(f"tiny.en, {seconds:.1f} s ({args.clip.name} x {args.repeat}), load average {load:.2f}")
+    rows = []
+    config = ServerConfig(port=0, max_queue=max(8, args.tabs))
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        BackgroundServer(config, load_pipeline("tiny.en")) as server,
+    ):
+        wav = Path(tmp) / "mic.wav"
+        soundfile.write(wav, np.frombuffer(pcm, "<i2"), RATE, subtype="PCM_16")
+        bridge, url = start_bridge(server.address)
+        try:
+            with sync_playwright() as p:
+                mic = f"--use-file-for-fake-audio-capture={wav}%noloop"
+                browser = p.chromium.launch(executable_path=CHROMIUM, args=[*ARGS, mic])
+                for n in sorted({1, args.tabs}):
+                    rows.append(grpc_level(server.address, pcm, n))
+                    rows.append(page_level(browser, url, n, seconds, server.address))
+                    for row in rows[-2:]:
+                        print(row)
+                browser.close()
+        finally:
+            bridge.terminate()
+            bridge.wait(10)
+    settings = {
+        "model": "tiny.en",
+        "clip": args.clip.name,
+        "repeat": args.repeat,
+        "audio seconds": round(seconds, 1),
+        "page chunk ms": CHUNK_MS,
+        "gRPC chunk ms": 100,
+        "load average at start": round(load, 2),
+    }
+    results.write_from(args, "live_page", settings, {"word commit delay": rows})
+
+
+if __name__ == "__main__":
+    main()
