@@ -239,6 +239,8 @@ def command_line() -> str:
     argv = list(getattr(sys, "orig_argv", sys.argv))
     if argv and Path(argv[0]).name.startswith("python"):
         argv[0] = "python"
+        m = argv.index("-m") if "-m" in argv else 1
+        argv[1:m] = [a for a in argv[1:m] if a != "-u"]  # python -u: output unbuffered
     return shlex.join(argv)
 
 
