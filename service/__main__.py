@@ -56,15 +56,24 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
     flag("host", str, DEFAULTS.host, "address to listen on")
     flag("port", int, DEFAULTS.port, "port to listen on; 0 picks a free one")
-    flag("model", str, DEFAULTS.model, "tiny.en, base, a CTranslate2 dir or an openai .pt")
+    parser.add_argument(
+        "--model",
+        action="append",
+        default=None,
+        help="tiny.en, base, a Hugging Face or CTranslate2 directory, or an openai .pt; give it "
+        "again to serve several models (requests pick one by name; the first is the default) "
+        f"(env XATTN_MODEL, comma-separated; default {DEFAULTS.model})",
+    )
     flag("device", str, DEFAULTS.device, "torch device")
     flag(
         "compute",
         str,
         DEFAULTS.compute,
-        "fp32 (exact), bf16-encoder (2.8x faster encoder where the CPU has native bf16), "
-        "int8-logits (int8 output projection, deciding logits rescored in fp32), "
-        "bf16-encoder+int8-logits, or auto (the fast paths this CPU has; fp32 elsewhere)",
+        "fp32 (exact), int8-logits (exact: int8 output projection, deciding logits rescored "
+        "in fp32), bf16-encoder (APPROXIMATE: 2.8x faster encoder where the CPU has native "
+        "bf16; word times move by up to ~0.3 s and text can change, benchmarks/approx.py), "
+        "bf16-encoder+int8-logits (APPROXIMATE), or auto (the fastest exact path here: "
+        "int8-logits where fbgemm runs, else fp32)",
     )
     flag("workers", int, DEFAULTS.workers, "transcriptions decoded at once (steps batched)")
     flag("max-queue", int, DEFAULTS.max_queue, "transcriptions that may wait for a worker")
@@ -96,6 +105,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     flag("stats-interval", float, DEFAULTS.stats_interval, "seconds between --stats-file writes")
     flag("log-level", str, "INFO", "logging level")
     args = parser.parse_args(argv)
+    if not args.model:
+        env = os.environ.get("XATTN_MODEL", "")
+        args.model = [m.strip() for m in env.split(",") if m.strip()] or [DEFAULTS.model]
     if bool(args.tls_cert) != bool(args.tls_key):
         parser.error("--tls-cert and --tls-key go together")
     try:
@@ -119,7 +131,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     return ServerConfig(
         host=args.host,
         port=args.port,
-        model=args.model,
+        model=args.model[0],
+        more_models=tuple(args.model[1:]),
         device=args.device,
         compute=args.compute,
         workers=args.workers,

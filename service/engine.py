@@ -26,7 +26,7 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
-from xattn.model.decoding import DecodeOptions
+from xattn.model.decoding import DecodeOptions, OptionsError
 from xattn.model.pipeline import Pipeline
 from xattn.model.results import TokenEvent, WindowStart
 from xattn.model.transcribe import Event
@@ -91,6 +91,10 @@ class Overloaded(RuntimeError):
         self.retry_after_ms = retry_after_ms
 
 
+class UnknownModel(OptionsError):
+    """A request named a model this server does not have (INVALID_ARGUMENT)."""
+
+
 class _Cancelled(Exception):
     pass
 
@@ -104,8 +108,10 @@ class Run(Generic[T]):
         load_audio: Callable[[], np.ndarray],
         options: DecodeOptions,
         shape: Callable[[Event], T | None],
+        pipeline: Pipeline,
     ) -> None:
         self._engine = engine
+        self.pipeline = pipeline  # the model this request asked for
         self._load_audio = load_audio
         self.options = options
         self.shape = shape
@@ -133,7 +139,8 @@ class Run(Generic[T]):
             self.audio = await self._loop.run_in_executor(engine.audio_pool, self._load_audio)
             self.queued_at = time.perf_counter()
             self.times.audio = self.queued_at - t0
-            engine.decode_pool.submit(engine.work, self)  # the queued item holds no samples
+            # the queued item holds no samples
+            engine.pool_for(self.pipeline.name).submit(engine.work, self)
             submitted = True
             while (item := await self._queue.get()) is not _END:
                 self._space.release()
@@ -170,8 +177,9 @@ class Run(Generic[T]):
 class LiveSlot:
     """One live stream's admission slot; `release(outcome)` exactly once (later calls no-op)."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, model: str) -> None:
         self._engine = engine
+        self.model = model
         self._released = False
         self._lock = threading.Lock()
 
@@ -180,7 +188,7 @@ class LiveSlot:
             if self._released:
                 return
             self._released = True
-        self._engine.end(None, outcome)
+        self._engine.end(None, outcome, self.model)
 
 
 def _is_cancel(e: BaseException) -> bool:
@@ -188,38 +196,77 @@ def _is_cancel(e: BaseException) -> bool:
 
 
 class Engine:
-    """Owns the Pipeline; admits, queues, runs and counts transcriptions."""
+    """Owns the Pipelines, one per model name (the first is the default); admits, queues, runs
+    and counts transcriptions. Admission, the decode workers and batching are per model."""
 
     def __init__(self, limits: Limits, pipeline: Pipeline | None = None) -> None:
         self.limits = limits
-        self._pipeline = self._batched(pipeline) if pipeline is not None else None
+        self._pipelines: dict[str, Pipeline] = {}
+        self._in_flight: dict[str, int] = {}  # per model: admitted and not over
         self._lock = threading.Lock()
         self._counters = Counters()
         self._mean_seconds = 2.0  # moving average of a transcription's time, for retry hints
         workers = max(1, limits.workers)
         self.decode_pool = ThreadPoolExecutor(workers, thread_name_prefix="xattn-decode")
+        self._pools: dict[str, ThreadPoolExecutor] = {}  # the first model's is decode_pool
+        if pipeline is not None:
+            self._add(self._batched(pipeline))
         self.audio_pool = ThreadPoolExecutor(workers, thread_name_prefix="xattn-audio")
         live_workers = max(1, limits.live_workers)
         self.live_pool = ThreadPoolExecutor(live_workers, thread_name_prefix="xattn-live")
 
     @property
     def ready(self) -> bool:
-        return self._pipeline is not None
+        return bool(self._pipelines)
 
     @property
     def pipeline(self) -> Pipeline:
-        if self._pipeline is None:
+        """The default (first) model's pipeline."""
+        return self.pipeline_for("")
+
+    @property
+    def pipelines(self) -> tuple[Pipeline, ...]:
+        """Every model's pipeline, the default first."""
+        return tuple(self._pipelines.values())
+
+    def pipeline_for(self, model: str) -> Pipeline:
+        """The pipeline of the model named `model` ("" = the first); UnknownModel otherwise."""
+        if not self._pipelines:
             raise NotReady("the model is still loading")
-        return self._pipeline
+        if not model:
+            return next(iter(self._pipelines.values()))
+        pipe = self._pipelines.get(model)
+        if pipe is None:
+            names = ", ".join(self._pipelines)
+            raise UnknownModel(f"model: unknown model {model!r} (this server has {names})")
+        return pipe
+
+    def pool_for(self, model: str) -> ThreadPoolExecutor:
+        return self._pools[model]
 
     async def load(self, loader: Callable[[], Pipeline], warm_up: bool = True) -> Pipeline:
-        """Load the model off the event loop, run one tiny decode, and start serving."""
+        """Load a model off the event loop, run one tiny decode, and start serving it (the
+        first one loaded is the default)."""
         pipe = await asyncio.to_thread(loader)
+        if pipe.name in self._pipelines:
+            raise ValueError(f"two models are named {pipe.name!r}: rename one's directory")
+        log.info("model %s: %s", pipe.name, weights_summary(pipe))
         if warm_up:
             seconds = await asyncio.to_thread(pipe.warm_up)
             log.info("warmed up %s in %.2f s", pipe.name, seconds)
-        self._pipeline = await asyncio.to_thread(self._batched, pipe)  # packs the weights
-        return self._pipeline
+        pipe = await asyncio.to_thread(self._batched, pipe)  # packs the weights
+        self._add(pipe)
+        return pipe
+
+    def _add(self, pipe: Pipeline) -> None:
+        if self._pipelines:  # the first model's workers are decode_pool
+            workers = max(1, self.limits.workers)
+            prefix = f"xattn-decode-{len(self._pools)}"
+            self._pools[pipe.name] = ThreadPoolExecutor(workers, thread_name_prefix=prefix)
+        else:
+            self._pools[pipe.name] = self.decode_pool
+        self._in_flight[pipe.name] = 0
+        self._pipelines[pipe.name] = pipe
 
     def _batched(self, pipe: Pipeline) -> Pipeline:
         """With several workers, their transcriptions' decoder steps run as one batch."""
@@ -234,44 +281,53 @@ class Engine:
         load_audio: Callable[[], np.ndarray],
         options: DecodeOptions,
         shape: Callable[[Event], T | None],
+        model: str = "",
     ) -> Run[T]:
-        """Admit a transcription (Overloaded when full); must run on the event loop."""
-        self._admit()
-        return Run(self, load_audio, options, shape)
+        """Admit a transcription by `model` ("" = the first; Overloaded when that model is
+        full); must run on the event loop."""
+        pipe = self.pipeline_for(model)
+        self._admit(pipe.name)
+        return Run(self, load_audio, options, shape, pipe)
 
-    def admit_live(self) -> LiveSlot:
+    def admit_live(self, model: str = "") -> LiveSlot:
         """Admit a live stream (Overloaded when full); it holds the slot until released."""
-        self._admit(live=True)
-        return LiveSlot(self)
+        name = self.pipeline_for(model).name
+        self._admit(name, live=True)
+        return LiveSlot(self, name)
 
-    def _admit(self, live: bool = False) -> None:
+    def _admit(self, model: str, live: bool = False) -> None:
         if not self.ready:
             raise NotReady("the model is still loading")
         capacity = max(1, self.limits.workers) + max(0, self.limits.max_queue)
         with self._lock:
             c = self._counters
-            if c.in_flight >= capacity:
+            in_flight = self._in_flight[model]
+            if in_flight >= capacity:
                 c.rejected += 1
-                waiting = c.in_flight - max(1, self.limits.workers) + 1
+                waiting = in_flight - max(1, self.limits.workers) + 1
                 retry = self._mean_seconds * waiting / max(1, self.limits.workers)
                 retry_ms = int(min(60.0, max(0.1, retry)) * 1000)
                 raise Overloaded(
-                    f"server busy: {c.in_flight} transcriptions in flight "
+                    f"server busy: {in_flight} transcriptions of {model} in flight "
                     f"({self.limits.workers} running, queue of {self.limits.max_queue} full); "
                     f"retry in about {retry_ms} ms",
                     retry_ms,
                 )
             c.admitted += 1
             c.in_flight += 1
+            self._in_flight[model] += 1
             if live:
                 c.live += 1
                 c.started += 1
 
-    def end(self, run: Run | None, outcome: str) -> None:
+    def end(self, run: Run | None, outcome: str, model: str = "") -> None:
         with self._lock:
             c = self._counters
             setattr(c, outcome, getattr(c, outcome) + 1)
             c.in_flight -= 1
+            name = run.pipeline.name if run is not None else model
+            if name in self._in_flight:
+                self._in_flight[name] -= 1
             if outcome == "finished" and run is not None:
                 seconds = time.perf_counter() - run.arrived
                 self._mean_seconds = 0.8 * self._mean_seconds + 0.2 * seconds
@@ -299,7 +355,7 @@ class Engine:
             self._counters.started += 1
         outcome, events = "failed", None
         try:
-            events = self.pipeline.transcribe(audio, run.options)
+            events = run.pipeline.transcribe(audio, run.options)
             while not run.cancelled.is_set():
                 t0 = time.perf_counter()
                 event = next(events, None)
@@ -332,10 +388,24 @@ class Engine:
 
     async def close(self) -> None:
         """Stop taking work; wait for the worker threads (call after in-flight RPCs end)."""
-        batcher = self._pipeline.context.batcher if self._pipeline is not None else None
-        self._pipeline = None
-        await asyncio.to_thread(self.decode_pool.shutdown, wait=True, cancel_futures=True)
-        await asyncio.to_thread(self.audio_pool.shutdown, wait=True, cancel_futures=True)
-        await asyncio.to_thread(self.live_pool.shutdown, wait=True, cancel_futures=True)
-        if batcher is not None:  # after the workers: none of them waits on it any more
-            await asyncio.to_thread(batcher.close)
+        batchers = [p.context.batcher for p in self._pipelines.values()]
+        pools = [self.decode_pool, *(p for p in self._pools.values() if p is not self.decode_pool)]
+        self._pipelines = {}
+        for pool in (*pools, self.audio_pool, self.live_pool):
+            await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
+        for batcher in batchers:  # after the workers: none of them waits on it any more
+            if batcher is not None:
+                await asyncio.to_thread(batcher.close)
+
+
+def weights_summary(pipe: Pipeline) -> str:
+    """Memory of a model's weights, for the start-up log (one line per model)."""
+    model = pipe.model
+    tensors = [*model.parameters(), *model.buffers()]
+    mib = sum(t.numel() * t.element_size() for t in tensors) / 2**20
+    d = pipe.dims
+    return (
+        f"{mib:.0f} MiB of weights ({pipe.checkpoint_format}, stored {pipe.checkpoint_dtype}, "
+        f"run {pipe.compute}); {d.n_audio_layer}+{d.n_text_layer} layers, width "
+        f"{d.n_audio_state}, {d.n_mels} mel bins, vocabulary {d.n_vocab}"
+    )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +42,7 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 50051  # 0: any free port (see port_file)
     model: str = "tiny.en"
+    more_models: tuple[str, ...] = ()  # served beside `model` (--model given again)
     device: str = "cpu"
     compute: str = "auto"  # a key of xattn.model.whisper.COMPUTES, or "auto" (resolve_compute)
     workers: int = 1
@@ -76,7 +78,9 @@ class ServerConfig:
 class Server:
     """A started server: `start()`, then `wait_ready()`, then `stop()`."""
 
-    def __init__(self, config: ServerConfig, pipeline: Pipeline | None = None) -> None:
+    def __init__(
+        self, config: ServerConfig, pipeline: Pipeline | tuple[Pipeline, ...] | None = None
+    ) -> None:
         self.config = config
         self._pipeline = pipeline
         limits = Limits(
@@ -143,15 +147,22 @@ class Server:
         self._loading = asyncio.create_task(self._load())
         return self.port
 
-    def _load_pipeline(self) -> Pipeline:
-        if self._pipeline is not None:
-            return self._pipeline
+    def _loaders(self) -> list[Callable[[], Pipeline]]:
+        """One loader per model, the default first (given pipelines, or config's models)."""
+        given = self._pipeline
+        if given is not None:
+            pipes = given if isinstance(given, tuple) else (given,)
+            return [lambda p=p: p for p in pipes]
         config = self.config
-        return load_pipeline(config.model, device=config.device, compute=config.compute)
+        return [
+            lambda m=m: load_pipeline(m, device=config.device, compute=config.compute)
+            for m in (config.model, *config.more_models)
+        ]
 
     async def _load(self) -> None:
-        pipe = await self.engine.load(self._load_pipeline)
-        log.info("serving %s (%s on %s)", pipe.name, pipe.compute, pipe.device)
+        for loader in self._loaders():
+            pipe = await self.engine.load(loader)
+            log.info("serving %s (%s on %s)", pipe.name, pipe.compute, pipe.device)
         await self._set_health(SERVING)
 
     async def wait_ready(self) -> None:

@@ -92,9 +92,11 @@ class TranscriberServicer(transcriber_pb2_grpc.TranscriberServicer):
     async def GetModelInfo(
         self, request: pb.GetModelInfoRequest, context: Context
     ) -> pb.GetModelInfoResponse:
+        engine = self._engine
         try:
-            return convert.model_info(self._engine.pipeline, self._engine.limits)
-        except NotReady as e:
+            pipe = engine.pipeline_for(request.model)
+            return convert.model_info(pipe, engine.limits, engine.pipelines)
+        except (NotReady, OptionsError) as e:
             await abort_for(context, e)
             raise  # unreachable: abort raises
 
@@ -148,7 +150,7 @@ class TranscriberServicer(transcriber_pb2_grpc.TranscriberServicer):
 
     def _start(self, request: Request, default_mode: int, stream: bool) -> Run:
         """Validate everything cheap, then admit (errors: see error_status)."""
-        pipe = self._engine.pipeline
+        pipe = self._engine.pipeline_for(request.model)  # UnknownModel: INVALID_ARGUMENT
         rows = row_spec(request.alignment, default_mode, pipe.dims, pipe.alignment_heads)
         options = convert.decode_options(request.options, return_attention=rows.enabled)
         pipe.validate(options)
@@ -156,4 +158,4 @@ class TranscriberServicer(transcriber_pb2_grpc.TranscriberServicer):
         shape = (
             convert.StreamShaper(rows, pipe.tokenizer.eot) if stream else convert.UnaryShaper(rows)
         )
-        return self._engine.submit(load_audio, options, shape)
+        return self._engine.submit(load_audio, options, shape, pipe.name)
