@@ -9,6 +9,7 @@ Without a browser the page tests skip, except under CI=true (test_inspector.unav
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import subprocess
@@ -75,12 +76,12 @@ def offline_text(served: Served, jfk_path: Path) -> str:
         return stub.Transcribe(pb.TranscribeRequest(audio=audio)).transcript.text
 
 
-@pytest.fixture(scope="module")
-def bridge(served: Served) -> Iterator[str]:
-    """`xattn live --serve --port 0` against the server: its URL."""
+@contextlib.contextmanager
+def live_serve(address: str, *flags: str) -> Iterator[str]:
+    """`xattn live --serve --port 0 FLAGS` against `address`: its URL."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "xattn.clients.cli", "live", "--serve", "--port", "0"]
-        + ["--server", served.address],
+        [sys.executable, "-m", "xattn.clients.cli", "live", "--serve", "--port", "0", *flags]
+        + ["--server", address],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -100,6 +101,12 @@ def bridge(served: Served) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def bridge(served: Served) -> Iterator[str]:
+    with live_serve(served.address) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -273,22 +280,30 @@ def test_two_tabs_record_and_a_third_is_refused(
             tab.close()
 
 
-def test_server_gone_mid_stream_keeps_the_finals(bridge: str, browser: Any, served: Served) -> None:
-    """Last in this module: the server stops while a tab records; the page says so, its
-    finals stay, and the bridge still serves its page."""
-    tab = Tab(browser, bridge)
-    try:
-        tab.page.click("#record")
-        tab.wait("xattn.allRows > 0", timeout=60)
-        served.stop()
-        tab.wait("xattnLive.phase === 'failed'", timeout=30)
-        assert tab.js("xattnLive.message").startswith("the stream failed")
-        assert tab.js("xattn.allRows") > 0 and tab.js("xattn.text") == ""  # no `done`
-        assert tab.page.locator(".tok").count() == tab.js("xattn.allRows")
-        assert tab.js("xattn.error")
-        assert tab.errors == [], tab.errors
-    finally:
-        tab.close()
-    conn = http.client.HTTPConnection("127.0.0.1", int(bridge.rstrip("/").rsplit(":", 1)[1]))
-    conn.request("GET", "/")
-    assert conn.getresponse().status == 200
+def test_server_gone_mid_stream_keeps_the_finals(browser: Any, served: Served) -> None:
+    """Last in this module: with --vad the page shows the speech activity; then the server
+    stops while the tab records: the page says so, its finals stay, and the bridge still
+    serves its page."""
+    with live_serve(served.address, "--vad") as url:
+        tab = Tab(browser, url)
+        try:
+            assert tab.js("document.getElementById('activity').textContent.trim()") == (
+                "speech activity: waiting"
+            )
+            tab.page.click("#record")
+            tab.wait("xattn.allRows > 0", timeout=60)
+            activity = tab.js("xattnLive.activity")
+            assert activity[0]["kind"] == "begin" and 0 <= activity[0]["time"] < 1.0
+            assert tab.page.locator("#activity.speaking").count() == 1
+            served.stop()
+            tab.wait("xattnLive.phase === 'failed'", timeout=30)
+            assert tab.js("xattnLive.message").startswith("the stream failed")
+            assert tab.js("xattn.allRows") > 0 and tab.js("xattn.text") == ""  # no `done`
+            assert tab.page.locator(".tok").count() == tab.js("xattn.allRows")
+            assert tab.js("xattn.error")
+            assert tab.errors == [], tab.errors
+        finally:
+            tab.close()
+        conn = http.client.HTTPConnection("127.0.0.1", int(url.rstrip("/").rsplit(":", 1)[1]))
+        conn.request("GET", "/")
+        assert conn.getresponse().status == 200
