@@ -41,6 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--commit-margin", type=float, help="seconds of audio a token's attention must leave"
     )
+    parser.add_argument(
+        "--vad", action="store_true", help="the server's voice activity detection (status line)"
+    )
 
 
 def sounddevice() -> Any:

@@ -64,6 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--commit-margin", type=float, help="seconds of audio a token's attention must leave"
     )
     parser.add_argument(
+        "--vad", action="store_true", help="the server's voice activity detection (status line)"
+    )
+    parser.add_argument(
         "--inspect",
         action="store_true",
         help="serve the inspection page on 127.0.0.1, following the live stream",
@@ -246,7 +249,10 @@ def show(
     with connect(args.server, ca_file=args.ca, timeout=args.timeout, token=token) as client:
         info = client.info()
         config = live_config(
-            language=args.language, interim=not args.json, commit_margin=args.commit_margin
+            language=args.language,
+            interim=not args.json,
+            commit_margin=args.commit_margin,
+            vad=args.vad,
         )
         finals: list[LiveResult] = []
         done: LiveDone | None = None

@@ -153,7 +153,7 @@ def prepare(
     info = client.info()
     name = Path(args.audio).name
     html = page(info, None, [], audio, name, live="/events")
-    config = live_config(language=args.language, commit_margin=args.commit_margin)
+    config = live_config(language=args.language, commit_margin=args.commit_margin, vad=args.vad)
 
     def events() -> Iterator[str]:
         console.print(f"streaming to the page at {args.speed:g}x…")
