@@ -129,9 +129,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="MS",
         help="silence that ends a speech span (2000)",
     )
-    v.add_argument(
-        "--vad-speech-pad-ms", type=int, metavar="MS", help="padding on each side (400)"
-    )
+    v.add_argument("--vad-speech-pad-ms", type=int, metavar="MS", help="padding on each side (400)")
     v.add_argument(
         "--batch-size", type=int, metavar="N", help="decode N windows at once (default: one)"
     )
@@ -194,7 +192,7 @@ def run(args: argparse.Namespace, console: Console, err: Console) -> int:
             if output_dir is not None:
                 fmt = args.output_format or "all"
                 for written in write_result(result, path, output_dir, fmt, subtitle_options(args)):
-                    notes.print(f"wrote {written}", highlight=False)
+                    notes.print(f"wrote {written}", highlight=False, soft_wrap=True)
             if args.png:
                 from xattn.clients.render.png import write_png
 

@@ -27,6 +27,7 @@ from xattn.clients.cli import main
 from xattn.clients.data import ModelInfo
 from xattn.clients.render.png import figure_pixels
 from xattn.clients.render.terminal import LiveView
+from xattn.clients.writers import FORMATS
 from xattn.v1 import transcriber_pb2 as pb
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,6 +131,48 @@ def test_json_output(server: str, jfk_path: Path) -> None:
     ]
     assert np.mean(near) >= 0.8, near
     assert all(t["start"] == w["start"] for t, w in zip(text_tokens, words, strict=True))
+
+
+def test_cli_writes_whisper_files_for_several_audio(
+    server: str, jfk_path: Path, tmp_path: Path
+) -> None:
+    """`xattn transcribe A B -o DIR -f all --words`: each file's txt/vtt/srt/tsv/json, named
+    as whisper names them; the SRT and VTT read back (srt, webvtt-py) as the words of the
+    JSON's segments (cues per segment, timed by its first and last word)."""
+    import soundfile as sf
+    import srt
+    import webvtt
+
+    from benchmarks.synth import speak
+
+    other = tmp_path / "hello.wav"
+    sf.write(other, speak("Hello there, this is a second file."), 16000)
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = [str(jfk_path), str(other), "--server", server, "-o", str(out), "--words"]
+    console = Console(file=io.StringIO(), width=80)
+    assert main(["transcribe", *argv, "--beam-size", "1"], console=console) == 0
+    assert f"wrote {out / 'hello.srt'}" in console.file.getvalue()  # type: ignore[attr-defined]
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted(f"{s}.{f}" for s in ("jfk", "hello") for f in FORMATS)
+    lines = (out / "jfk.txt").read_text().splitlines()  # a line per segment
+    assert " ".join(lines) == JFK_TEXT.strip() and len(lines) == 2
+    assert "hello" in (out / "hello.txt").read_text().lower()
+    for stem in ("jfk", "hello"):
+        segments = json.loads((out / f"{stem}.json").read_text())["segments"]
+        expected = [
+            (s["words"][0]["start"], s["words"][-1]["end"], "".join(w["word"] for w in s["words"]))
+            for s in segments
+            if s["words"]
+        ]
+        expected = [(round(a, 2), round(b, 2), text.strip()) for a, b, text in expected]
+        subs = list(srt.parse((out / f"{stem}.srt").read_text()))
+        got = [(s.start.total_seconds(), s.end.total_seconds(), s.content) for s in subs]
+        assert [(round(a, 2), round(b, 2), t) for a, b, t in got] == expected
+        cues = webvtt.read(str(out / f"{stem}.vtt"))
+        assert [c.text for c in cues] == [t for _, _, t in expected]
+        tsv = (out / f"{stem}.tsv").read_text().splitlines()
+        assert tsv[0] == "start\tend\ttext" and len(tsv) == len(segments) + 1
 
 
 def test_terminal_view_renders_at_80_columns(server: str, jfk_path: Path) -> None:

@@ -39,7 +39,7 @@ JFK_TEXT = (
 )
 MAX_AUDIO_SECONDS = 60.0
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 << 20)]
-GREEDY = pb.TranscriptionOptions(temperatures=[0.0])
+GREEDY = pb.TranscriptionOptions(temperatures=[0.0], beam_size=1)
 T = TypeVar("T")
 Stub = transcriber_pb2_grpc.TranscriberStub
 Responses = list[pb.StreamTranscribeResponse]
@@ -83,8 +83,12 @@ def short_pcm(jfk_path: Path) -> pb.Audio:
 
 @pytest.fixture(scope="module")
 def jfk_stream(stub: Stub, jfk_audio: pb.Audio) -> Responses:
-    """One default StreamTranscribe of jfk: mean over the alignment heads, float16."""
-    return list(stub.StreamTranscribe(pb.StreamTranscribeRequest(audio=jfk_audio), timeout=60))
+    """One greedy StreamTranscribe of jfk: mean over the alignment heads, float16 (the
+    service's default beam search: test_beam.py)."""
+    request = pb.StreamTranscribeRequest(
+        audio=jfk_audio, options=pb.TranscriptionOptions(beam_size=1)
+    )
+    return list(stub.StreamTranscribe(request, timeout=60))
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +96,7 @@ def jfk_unary(stub: Stub, jfk_audio: pb.Audio) -> pb.TranscribeResponse:
     """Transcribe of jfk with word timestamps and every head's rows as float32."""
     request = pb.TranscribeRequest(
         audio=jfk_audio,
-        options=pb.TranscriptionOptions(word_timestamps=True),
+        options=pb.TranscriptionOptions(word_timestamps=True, beam_size=1),
         alignment=pb.AlignmentOptions(
             mode=pb.ALIGNMENT_MODE_ALL_HEADS, data_type=pb.DATA_TYPE_FLOAT32
         ),
@@ -183,13 +187,16 @@ def test_eight_concurrent_streams(
     all_heads = unpack(jfk_unary.windows[0].matrix)
     heads = [pb.AttentionHead(layer=3, head=1), pb.AttentionHead(layer=2, head=5)]
     requests = [
-        pb.StreamTranscribeRequest(audio=jfk_audio),
+        pb.StreamTranscribeRequest(audio=jfk_audio, options=GREEDY),
         pb.StreamTranscribeRequest(
             audio=jfk_audio,
             alignment=pb.AlignmentOptions(heads=heads, data_type=pb.DATA_TYPE_FLOAT32),
+            options=GREEDY,
         ),
         pb.StreamTranscribeRequest(
-            audio=jfk_audio, alignment=pb.AlignmentOptions(mode=pb.ALIGNMENT_MODE_NONE)
+            audio=jfk_audio,
+            alignment=pb.AlignmentOptions(mode=pb.ALIGNMENT_MODE_NONE),
+            options=GREEDY,
         ),
     ]
     jobs = [requests[i % 3] for i in range(8)]
@@ -297,6 +304,35 @@ BAD_REQUESTS = {  # name: (audio or None for jfk, options, alignment, status, wo
         pb.AlignmentOptions(heads=[pb.AttentionHead(layer=4, head=0)]),
         INVALID,
         "does not exist",
+    ),
+    # openai-whisper's and faster-whisper's options (model/options.py): the field is named
+    "suppress_tokens id": (
+        None,
+        pb.TranscriptionOptions(suppress_tokens=pb.TokenIds(ids=[-1, 60000])),
+        None,
+        INVALID,
+        "suppress_tokens: 60000",
+    ),
+    "no_speech_threshold": (
+        None,
+        pb.TranscriptionOptions(no_speech_threshold=pb.Threshold(value=1.5)),
+        None,
+        INVALID,
+        "no_speech_threshold must be in [0, 1]",
+    ),
+    "hallucination without words": (
+        None,
+        pb.TranscriptionOptions(hallucination_silence_threshold=2.0),
+        None,
+        INVALID,
+        "hallucination_silence_threshold needs word_timestamps",
+    ),
+    "clip_timestamps": (
+        None,
+        pb.TranscriptionOptions(clip_timestamps=[4.0, 2.0]),
+        None,
+        INVALID,
+        "clip_timestamps[1]",
     ),
 }
 
