@@ -38,6 +38,10 @@ from xattn.v1 import transcriber_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[1]
 JFK_SECONDS = 11.0
+NATIVE_RATE = """{
+  const Native = window.AudioContext;  // as a browser that will not run at 16 kHz
+  window.AudioContext = class extends Native { constructor() { super({ sampleRate: 48000 }); } };
+}"""
 AUTO_STOP = f"""setInterval(() => {{
   if (xattnLive.phase === "recording" && xattnLive.sentSeconds > {JFK_SECONDS + 0.6})
     document.getElementById("stop").click();
@@ -142,9 +146,11 @@ def browser(fake_mic: Path) -> Iterator[Any]:
 class Tab:
     """One page of the bridge, with its console errors."""
 
-    def __init__(self, browser: Any, url: str) -> None:
+    def __init__(self, browser: Any, url: str, init: str = "") -> None:
         self.context = browser.new_context(viewport={"width": 1400, "height": 1000})
         self.page = self.context.new_page()
+        if init:
+            self.page.add_init_script(init)
         self.errors: list[str] = []
         self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
@@ -229,8 +235,9 @@ def test_two_tabs_record_and_a_third_is_refused(
 ) -> None:
     """Press record: the finals appear (the offline words within one), one heatmap row per
     final token, growing while speaking; stop shows the inspection view with the recording.
-    The server takes two streams: a third tab is told that the server is full."""
-    tabs = [Tab(browser, bridge) for _ in range(3)]
+    The server takes two streams: a third tab is told that the server is full. The second
+    tab's AudioContext runs at the browser's own rate (48 kHz): its worklet resamples."""
+    tabs = [Tab(browser, bridge), Tab(browser, bridge, NATIVE_RATE), Tab(browser, bridge)]
     a, b, c = tabs
     try:
         assert a.js("xattnLive.phase") == "idle" and a.js("xattn.allRows") == 0
@@ -239,6 +246,8 @@ def test_two_tabs_record_and_a_third_is_refused(
             tab.page.click("#record")
         for tab in (a, b):
             tab.wait("xattnLive.phase === 'recording' && xattnLive.sentSeconds > 1")
+        assert "(16000 Hz" in a.js("xattnLive.message")
+        assert "(48000 Hz → 16 kHz)" in b.js("xattnLive.message")
         c.page.click("#record")
         c.wait("xattnLive.phase === 'failed'")
         assert "server is full" in c.js("xattnLive.message")

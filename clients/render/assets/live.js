@@ -88,18 +88,23 @@ renderStatus = function () {  // eslint-disable-line no-func-assign
   inspectorStatus();
 };
 
-async function start() {
-  phase("starting");
-  say("connecting…");
-  // the worklet and the WebSocket first, so that no audio waits for them once the mic is on
+// An AudioContext at `rate` (null: the browser's own) with the worklet loaded.
+async function audioContext(rate) {
   try {
-    L.ctx = new AudioContext({ sampleRate: RATE });
+    L.ctx = rate ? new AudioContext({ sampleRate: rate }) : new AudioContext();
   } catch (e) {
-    L.ctx = new AudioContext();  // a browser that will not record at 16 kHz: the worklet resamples
+    L.ctx = new AudioContext();  // a browser that will not run at 16 kHz: the worklet resamples
   }
   const blob = URL.createObjectURL(new Blob([WORKLET], { type: "application/javascript" }));
   await L.ctx.audioWorklet.addModule(blob);
   URL.revokeObjectURL(blob);
+}
+
+async function start() {
+  phase("starting");
+  say("connecting…");
+  // the worklet and the WebSocket first, so that no audio waits for them once the mic is on
+  await audioContext(RATE);
   L.ws = new WebSocket(`ws://${location.host}${MIC.ws}`);
   L.ws.binaryType = "arraybuffer";
   L.ws.onmessage = (m) => received(JSON.parse(m.data));
@@ -120,9 +125,17 @@ async function start() {
     say(`no microphone: ${e.message || e.name}`, "error"); L.ws.close(1000, "no microphone"); release(); phase("failed"); return;
   }
   L.ws.send(JSON.stringify({ type: "start" }));
+  let source;
+  try {
+    source = L.ctx.createMediaStreamSource(L.media);
+  } catch (e) {  // e.g. Firefox: the microphone's rate only; the worklet resamples to 16 kHz
+    L.ctx.close().catch(() => {});
+    await audioContext(null);
+    source = L.ctx.createMediaStreamSource(L.media);
+  }
   L.node = new AudioWorkletNode(L.ctx, "pcm16", { channelCount: 1, channelCountMode: "explicit" });
   L.node.port.onmessage = (m) => chunk(m.data);
-  L.ctx.createMediaStreamSource(L.media).connect(L.node);
+  source.connect(L.node);
   phase("recording");
   say(`recording (${L.ctx.sampleRate} Hz → 16 kHz)`);
 }
