@@ -71,6 +71,7 @@ class ProtocolError(Exception):
     """What a page sent that closes its connection: `code` and the reason."""
 
     def __init__(self, code: int, reason: str) -> None:
+        reason = reason.encode()[:120].decode(errors="ignore")  # a close reason: <= 123 bytes
         super().__init__(reason)
         self.code, self.reason = code, reason
 
