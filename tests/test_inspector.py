@@ -108,6 +108,8 @@ def test_static_page(
         "--json",
         "--html",
         str(html),
+        "--beam-size",
+        "1",  # greedy: 27 tokens
     ]
     assert main(argv) == 0
     result = json.loads(capsys.readouterr().out)

@@ -199,7 +199,10 @@ def test_burst_of_64_is_admitted_or_refused_quickly(
 ) -> None:
     status_pb2 = pytest.importorskip("google.rpc.status_pb2")
     error_details_pb2 = pytest.importorskip("google.rpc.error_details_pb2")
-    request = pb.StreamTranscribeRequest(audio=pb.Audio(encoded=jfk_path.read_bytes()))
+    request = pb.StreamTranscribeRequest(
+        audio=pb.Audio(encoded=jfk_path.read_bytes()),
+        options=pb.TranscriptionOptions(beam_size=1),  # greedy: 27 tokens
+    )
     with ServerProcess(tmp_path, "--workers", "1", "--max-queue", "1") as server:
         with grpc.insecure_channel(server.address) as channel:
             stub = transcriber_pb2_grpc.TranscriberStub(channel)

@@ -30,6 +30,7 @@ from xattn.v1 import transcriber_pb2 as pb
 from xattn.v1 import transcriber_pb2_grpc
 
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+GREEDY = pb.TranscriptionOptions(beam_size=1)  # the token counts below are greedy's
 
 
 def long_clip(path: Path, times: int = 6) -> bytes:
@@ -50,7 +51,9 @@ class SlowReader(threading.Thread):
         alignment: pb.AlignmentOptions | None = None,
     ) -> None:
         super().__init__(daemon=True)
-        request = pb.StreamTranscribeRequest(audio=pb.Audio(encoded=audio), alignment=alignment)
+        request = pb.StreamTranscribeRequest(
+            audio=pb.Audio(encoded=audio), alignment=alignment, options=GREEDY
+        )
         self.call = stub.StreamTranscribe(request, timeout=120)
         self.pause, self.kinds, self.text = pause, [], ""
         self.code: grpc.StatusCode | None = None

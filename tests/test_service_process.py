@@ -95,7 +95,10 @@ def test_health_reflection_and_sigterm_drain(
             assert info["model_name"] == "tiny.en" and info["dims"]["n_audio_ctx"] == 1500
 
         stub = transcriber_pb2_grpc.TranscriberStub(channel)
-        request = pb.StreamTranscribeRequest(audio=pb.Audio(encoded=jfk_path.read_bytes()))
+        request = pb.StreamTranscribeRequest(
+            audio=pb.Audio(encoded=jfk_path.read_bytes()),
+            options=pb.TranscriptionOptions(beam_size=1),  # greedy: 27 tokens
+        )
         stream = stub.StreamTranscribe(request, timeout=60)
         first_token = threading.Event()
         kinds: list[str] = []
