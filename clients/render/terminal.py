@@ -38,6 +38,7 @@ SHADES = " ░░▒▒▓▓██"
 LABEL = 12  # columns for the token label
 MARGIN_FRAMES = 25  # shown past the end of the real audio (0.5 s)
 EARLY = " underline"  # a token a beam search sent while it still searched
+EARLY_MARK = "▸"  # before its label in the heatmap
 
 
 def visible_frames(num_frames: int) -> int:
@@ -107,7 +108,8 @@ def heatmap(
         style = "grey50" if token.kind != "text" else logprob_style(token.logprob)
         style += EARLY if token.early else ""
         peak = "" if token.peak_time is None else f"{token.peak_time:.2f}s"
-        label = Text(token.label.replace("\n", " ")[:LABEL], style=style)
+        mark = EARLY_MARK if token.early else ""  # visible without styles too
+        label = Text((mark + token.label.replace("\n", " "))[:LABEL], style=style)
         grid.add_row(label, heat_line(row, window.num_frames, shown, cells, token.peak_frame), peak)
     ticks, labels = time_axis(window.offset, shown, cells)
     grid.add_row(Text("time (s)", style="grey50"), ticks, Text("peak", style="grey50"))
@@ -116,6 +118,8 @@ def heatmap(
         f"window {window.window} · {window.offset:.2f}–{window.offset + window.duration:.2f} s"
         f" · {len(window.tokens)} tokens × {FRAMES} frames (showing {shown})"
     )
+    if any(t.early for t in window.tokens):
+        title += f" · {EARLY_MARK}: sent while the beam search ran"
     return Group(Text(title, style="bold"), grid)
 
 
