@@ -17,7 +17,10 @@ and Debian's Chromium, whose fake microphone plays the clip (repeated `--repeat`
   had forwarded to gRPC when the result came (so it includes the way back, and up to one
   40 ms chunk): what the way in adds.
 - gRPC only: benchmarks.streaming.one_stream on the clip's audio (100 ms chunks at 1x), as
-  many streams at once: what `benchmarks/streaming.py` measures.
+  many streams at once: what `benchmarks/streaming.py` measures. Then, at 1 tab, one page and
+  one gRPC-only stream at the same time: the same load for both, so the gap between their
+  delays is what the page and the bridge add (the first two levels run one after the other,
+  and on a busy host the load differs between them).
 Words are matched to the reference by order and text (difflib), as benchmarks/streaming.py
 does. Timings on a shared, busy host vary by the decode steps' length: say so with them.
 """
@@ -92,7 +95,11 @@ def wait(page: Any, expression: str, timeout: float) -> None:
         time.sleep(0.05)
 
 
-def page_level(browser: Any, url: str, tabs: int, seconds: float, address: str) -> dict:
+def page_level(
+    browser: Any, url: str, tabs: int, seconds: float, address: str, beside: bytes = b""
+) -> list[dict]:
+    """`tabs` tabs recording at once; `beside`: this PCM streamed over gRPC alone at the same
+    time (one more stream, in this process), so both share the host's load."""
     contexts = [browser.new_context() for _ in range(tabs)]
     pages = [c.new_page() for c in contexts]
     errors: list[str] = []
@@ -100,8 +107,11 @@ def page_level(browser: Any, url: str, tabs: int, seconds: float, address: str) 
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         page.goto(url)
         page.evaluate(AUTO_STOP, seconds + 0.6)
+    pool = ThreadPoolExecutor(1)
+    ref = reference_words(address, beside) if beside else []
     for page in pages:
         page.click("#record")
+    grpc = pool.submit(one_stream, address, beside, 1.0, ref, None) if beside else None
     delays, hops, backlog, matched, words = [], [], [], 0, 0
     try:
         for page in pages:
@@ -123,18 +133,33 @@ def page_level(browser: Any, url: str, tabs: int, seconds: float, address: str) 
             c.close()
     if errors:
         raise RuntimeError(f"console errors: {errors}")
-    return {
-        "path": "page (Chromium + bridge)",
-        "tabs": tabs,
-        "median s": round(statistics.median(delays), 2),
-        "p90 s": round(float(np.percentile(delays, 90)), 2),
-        "matched words": f"{matched}/{words}",
-        "bridge->page median ms": round(statistics.median(hops), 1),
-        "bridge->page p90 ms": round(float(np.percentile(hops, 90)), 1),
-        "bridge->page max ms": round(max(hops), 1),
-        "page->bridge backlog median ms": round(1000 * statistics.median(backlog), 1),
-        "page->bridge backlog max ms": round(1000 * max(backlog), 1),
-    }
+    rows = []
+    if grpc is not None:
+        run = grpc.result()
+        rows.append(
+            {
+                "path": "gRPC only, beside the page",
+                "tabs": tabs,
+                "median s": round(statistics.median(run.delays), 2),
+                "p90 s": round(float(np.percentile(run.delays, 90)), 2),
+                "matched words": f"{run.matched}/{run.reference_words}",
+            }
+        )
+    pool.shutdown()
+    return rows + [
+        {
+            "path": "page (Chromium + bridge)" + (", beside gRPC" if beside else ""),
+            "tabs": tabs,
+            "median s": round(statistics.median(delays), 2),
+            "p90 s": round(float(np.percentile(delays, 90)), 2),
+            "matched words": f"{matched}/{words}",
+            "bridge->page median ms": round(statistics.median(hops), 1),
+            "bridge->page p90 ms": round(float(np.percentile(hops, 90)), 1),
+            "bridge->page max ms": round(max(hops), 1),
+            "page->bridge backlog median ms": round(1000 * statistics.median(backlog), 1),
+            "page->bridge backlog max ms": round(1000 * max(backlog), 1),
+        }
+    ]
 
 
 def grpc_level(address: str, pcm: bytes, streams: int) -> dict:
@@ -178,10 +203,13 @@ def main(argv: list[str] | None = None) -> None:
                 mic = f"--use-file-for-fake-audio-capture={wav}%noloop"
                 browser = p.chromium.launch(executable_path=CHROMIUM, args=[*ARGS, mic])
                 for n in sorted({1, args.tabs}):
-                    rows.append(grpc_level(server.address, pcm, n))
-                    rows.append(page_level(browser, url, n, seconds, server.address))
-                    for row in rows[-2:]:
+                    level = [grpc_level(server.address, pcm, n)]
+                    level += page_level(browser, url, n, seconds, server.address)
+                    if n == 1:  # the same load for both: one tab and one gRPC stream at once
+                        level += page_level(browser, url, 1, seconds, server.address, pcm)
+                    for row in level:
                         print(row)
+                    rows += level
                 browser.close()
         finally:
             bridge.terminate()
