@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -192,6 +193,7 @@ def main(argv: list[str] | None = None) -> None:
         rows, scores = [], {}
         for system, run in systems(name, threads).items():
             s = scores[system] = score(system, run, data)
+            print(f"  {name} {system}: {s.seconds:.1f} s", file=sys.stderr, flush=True)
             rows.append(
                 {
                     "system": system,
