@@ -58,8 +58,9 @@ def call(
     data: bytes,
     rid: str,
     timeout: float,
+    on_event: Callable[[int], None] | None = None,
 ) -> Outcome:
-    """One call of `kind`, never raising: its Outcome."""
+    """One call of `kind`, never raising: its Outcome. `on_event(n)` after each message."""
     metadata = (("x-request-id", rid),)
     audio, alignment = pb.Audio(encoded=data), pb.AlignmentOptions(mode=pb.ALIGNMENT_MODE_NONE)
     start, events, text = time.monotonic(), 0, ""
@@ -74,6 +75,8 @@ def call(
             )
             for message in stub.StreamTranscribe(request, timeout=timeout, metadata=metadata):
                 events += 1
+                if on_event is not None:
+                    on_event(events)
                 if message.HasField("done"):
                     text = message.done.transcript.text
         return Outcome(rid, kind, start, time.monotonic(), "OK", events, text)

@@ -26,6 +26,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -374,6 +375,21 @@ def test_client_round_robin(replicas: Replicas, expected: str) -> None:
     failed = check_outcomes(outcomes, expected, times["kill"]["at"])
     # the stats file is at most 0.1 s old: what it held in flight, give or take one call
     assert len(failed) <= times["kill"]["busy"].get("in_flight", 0) + 1, failed
+
+    # a stream that has started is not replayed: SIGKILL the last replica once the stream
+    # has events; the caller gets an error status at once (never a cut-short success)
+    started = threading.Event()
+    with open_channel(replicas.target()) as channel, ThreadPoolExecutor(1) as pool:
+        stub = transcriber_pb2_grpc.TranscriberStub(channel)
+        future = pool.submit(
+            call, stub, "stream", HELLO.read_bytes(), "pinned", 120, lambda n: started.set()
+        )
+        assert started.wait(120), "the stream never started"
+        replicas.signal(2, signal.SIGKILL)
+        cut = future.result(timeout=60)
+    assert cut.status in ("UNAVAILABLE", "INTERNAL", "UNKNOWN") and cut.events >= 1, cut
+    assert cut.text == ""
+    print(json.dumps({"stream cut by SIGKILL": [cut.status, cut.events, round(cut.seconds, 2)]}))
 
 
 def test_resource_exhausted_is_retried_after_the_pushback(tmp_path: Path) -> None:
