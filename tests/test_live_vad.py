@@ -31,14 +31,16 @@ FEED = 1600  # 100 ms
 
 @pytest.fixture(scope="module")
 def stream_audio(jfk_path) -> tuple[np.ndarray, float]:
-    """jfk (11 s), 30 s of near silence, a 3 s sentence, 1 s of silence; and where the
-    silence is."""
+    """jfk (11 s), 30 s of near silence, a 3 s sentence, 3 s of silence (speech ends after
+    2 s of it); and where the silence is."""
     if not SECOND.is_file():
         pytest.skip(f"shared test audio missing: {SECOND}")
     jfk = decode_audio(jfk_path)
     rng = np.random.default_rng(0)
     quiet = (rng.standard_normal(int(SILENCE * SAMPLE_RATE)) * 1e-3).astype(np.float32)
-    audio = np.concatenate([jfk, quiet, decode_audio(SECOND), np.zeros(SAMPLE_RATE, np.float32)])
+    audio = np.concatenate(
+        [jfk, quiet, decode_audio(SECOND), np.zeros(3 * SAMPLE_RATE, np.float32)]
+    )
     return audio, len(jfk) / SAMPLE_RATE
 
 
