@@ -182,7 +182,7 @@ class Client:
         self.address = address
         self._channel = channel
         self._stub = transcriber_pb2_grpc.TranscriberStub(channel)
-        self._info: ModelInfo | None = None
+        self._infos: dict[str, ModelInfo] = {}  # by requested model name ("" = default)
 
     def __enter__(self) -> Client:
         return self
@@ -198,15 +198,17 @@ class Client:
     def close(self) -> None:
         self._channel.close()
 
-    def info(self, ready_timeout: float = 60.0) -> ModelInfo:
-        """GetModelInfo, waiting up to `ready_timeout` s while the server loads its model."""
-        if self._info is not None:
-            return self._info
+    def info(self, ready_timeout: float = 60.0, model: str = "") -> ModelInfo:
+        """GetModelInfo (of `model`, "" = the server's default), waiting up to `ready_timeout`
+        s while the server loads its models."""
+        if model in self._infos:
+            return self._infos[model]
         deadline = time.monotonic() + ready_timeout
         while True:
             try:
-                self._info = model_info(self._stub.GetModelInfo(pb.GetModelInfoRequest()))
-                return self._info
+                reply = self._stub.GetModelInfo(pb.GetModelInfoRequest(model=model))
+                self._infos[model] = model_info(reply)
+                return self._infos[model]
             except grpc.RpcError as e:
                 if e.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
                     _raise_for(e, self.address)
@@ -222,12 +224,15 @@ class Client:
         dtype: str = "float16",
         temperatures: Sequence[float] = (),
         options: Options | None = None,
+        model: str = "",
     ) -> Iterator[Event]:
         """Yield events as the server streams them; the last is `Finished(result)`.
-        `options`: the rest of openai-whisper's and faster-whisper's options (Options)."""
+        `options`: the rest of openai-whisper's and faster-whisper's options (Options);
+        `model`: which of the server's models ("" = its default)."""
         data = read_audio(audio)
-        info = self.info()
+        info = self.info(model=model)
         request = pb.StreamTranscribeRequest(
+            model=model,
             audio=pb.Audio(encoded=data),
             options=pb.TranscriptionOptions(
                 language=language or "", word_timestamps=words, temperatures=temperatures
@@ -264,10 +269,11 @@ class Client:
         dtype: str = "float16",
         temperatures: Sequence[float] = (),
         options: Options | None = None,
+        model: str = "",
     ) -> Result:
         """`stream_transcribe` to its end; the Result."""
         events = self.stream_transcribe(
-            audio, language, words, alignment, dtype, temperatures, options=options
+            audio, language, words, alignment, dtype, temperatures, options=options, model=model
         )
         for event in events:
             if isinstance(event, Finished):

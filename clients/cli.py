@@ -7,8 +7,8 @@
     xattn stream AUDIO [--server HOST:PORT] [--language L] [--speed X] [--commit-margin S]
                        [--json | --inspect [--port N] [--open]]
     xattn stream - [--rate R] [--channels C] [--format s16le|f32le] [--json]
-    xattn listen [--device NAME|INDEX] [--list-devices] [--json]
-    xattn live --serve [--port N] [--open]
+    xattn listen [--device NAME|INDEX] [--list-devices] [--json] [--vad]
+    xattn live --serve [--port N] [--open] [--vad]
 
 `stream` feeds the file at X times real time through StreamingRecognize (live recognition)
 and shows the finals, the greyed interim guess and the finals' rows growing; `--inspect`
@@ -129,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--open", action="store_true", help="open the page in a browser")
     i.add_argument("--no-words", action="store_true", help="skip word timestamps")
 
-    s = sub.add_parser("stream", help="live recognition: the file fed at real-time pace")
+    s = sub.add_parser("stream", help="live recognition: a file at real-time pace, or - (stdin)")
     common(s, "audio file, or - for raw PCM on standard input (see --rate ...)")
     from xattn.clients.stream_cli import add_arguments
 
@@ -144,6 +144,11 @@ def build_parser() -> argparse.ArgumentParser:
     from xattn.clients import bridge
 
     bridge.add_arguments(w)
+    c = sub.add_parser("compare", help="one audio, two models (or searches): one page")
+    common(c)
+    from xattn.clients import compare
+
+    compare.add_arguments(c)
     return parser
 
 
@@ -350,6 +355,10 @@ def main(argv: Sequence[str] | None = None, console: Console | None = None) -> i
         args.token = token_of(args)  # once, for every command: --token, else --token-file
         if args.command == "transcribe":
             return transcribe(args, out, err)
+        if args.command == "compare":
+            from xattn.clients.compare import run as compare
+
+            return compare(args, out, err)
         if args.command == "listen":
             from xattn.clients.listen import run as listen
 

@@ -165,15 +165,17 @@ def test_shape_loads_and_runs(shape, form: str) -> None:
     )
     assert ("yue" in info.languages) == (ckpt.dims.n_vocab == 51866)
     rng = np.random.default_rng(0)
-    audio = (0.1 * rng.standard_normal(N_SAMPLES // 10)).astype(np.float32)  # 3 s of noise
+    audio = (0.1 * rng.standard_normal(N_SAMPLES // 15)).astype(np.float32)  # 2 s of noise
     language = "en" if pipe.is_multilingual else None
-    opts = DecodeOptions(language=language, temperatures=(0.0,), sample_len=6, word_timestamps=True)
+    opts = DecodeOptions(language=language, temperatures=(0.0,), sample_len=4, word_timestamps=True)
     events = list(pipe.transcribe(audio, opts))
     assert isinstance(events[-1], Transcript)
 
 
+@pytest.mark.parametrize("shape", ["turbo", "distil-large-v3"], indirect=True)
 def test_shape_logits_match_references(shape) -> None:
-    """openai-whisper's and transformers' forward on the same random weights."""
+    """openai-whisper's and transformers' forward on the same random weights (large-v3 is
+    turbo's encoder under 32 decoder layers: left out for CI time)."""
     name, ckpt, hf_dir, _ = shape
     pipe = load_pipeline(hf_dir)
     d = ckpt.dims
