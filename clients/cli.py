@@ -9,6 +9,7 @@
     xattn stream - [--rate R] [--channels C] [--format s16le|f32le] [--json]
     xattn listen [--device NAME|INDEX] [--list-devices] [--json] [--vad]
     xattn live --serve [--port N] [--open] [--vad]
+    xattn compare AUDIO --model A --model B [--beam N [--beam M]] [--html FILE]
 
 `stream` feeds the file at X times real time through StreamingRecognize (live recognition)
 and shows the finals, the greyed interim guess and the finals' rows growing; `--inspect`
@@ -18,6 +19,8 @@ token, a new window each time the server's 30 s buffer slides, words on the stre
 `stream -` takes raw PCM from standard input (`arecord ... | xattn stream -`) until its end
 or Ctrl-C; `listen` the default microphone (or --device); `live --serve` a page on
 127.0.0.1 that records the browser's microphone and shows the attention growing.
+`compare` transcribes AUDIO with two of the server's models (or one with two beam sizes) and
+writes one page: both alignments on the same time axis, the words aligned, differences marked.
 
 Exit status: 0 done; 2 bad audio file (missing, unreadable, empty), an output that cannot
 be written, or bad usage; 3 server unreachable or not ready; 4 the server answered with an
