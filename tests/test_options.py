@@ -172,4 +172,7 @@ def test_hallucination_silence_threshold_as_openai_whisper() -> None:
     mine = {"word_timestamps": True, "hallucination_silence_threshold": 5.0}
     got = ours(audio, **mine)
     assert got == theirs(audio, **mine)
-    assert got != ours(audio, word_timestamps=True), "the threshold changed nothing here"
+    # the first window's last words end within 5 s of its end: the window is left whole and
+    # the next starts at 30 s (without the threshold it starts at the last word, 25.12 s, and
+    # the text differs: measured once rather than transcribed a third time here)
+    assert 30.0 in [start for start, _ in got[1]]
