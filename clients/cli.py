@@ -409,4 +409,8 @@ def main(argv: Sequence[str] | None = None, console: Console | None = None) -> i
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # run the importable module's main: clients.transcribe_cli imports xattn.clients.cli, and
+    # its Fail must be the class this main catches (under -m this file is also __main__)
+    from xattn.clients import cli
+
+    sys.exit(cli.main())
