@@ -132,10 +132,13 @@ CASES = [
 @pytest.mark.parametrize(("name", "clip", "words"), CASES)
 def test_beam5_matches_openai(shared_audio_dir, name: str, clip: str, words: bool) -> None:
     audio = decode_audio(str(shared_audio_dir / clip))
-    ref = whisper.transcribe(
-        reference_model(name), audio, fp16=False, beam_size=5, word_timestamps=words
-    )
-    ours = transcript(run(name, audio, DecodeOptions(beam_size=5, word_timestamps=words)))
+    model = reference_model(name)  # before seeding: building it draws random weights
+    # base falls back to sampling on multilingual.mp3's last window: the same draws need the
+    # reference's global generator seeded as ours (DecodeOptions.seed)
+    torch.manual_seed(0)
+    ref = whisper.transcribe(model, audio, fp16=False, beam_size=5, word_timestamps=words)
+    options = DecodeOptions(beam_size=5, word_timestamps=words, seed=0)
+    ours = transcript(run(name, audio, options))
     assert [list(s.tokens) for s in ours.segments] == [s["tokens"] for s in ref["segments"]]
     assert ours.text == ref["text"]
     if words:
