@@ -231,7 +231,8 @@ def wait_idle(engine: Engine, timeout: float = 30.0) -> Counters:
 
 def test_cancel_stops_the_work(stub: Stub, jfk_audio: pb.Audio, server: BackgroundServer) -> None:
     before = wait_idle(server.engine)
-    call = stub.StreamTranscribe(pb.StreamTranscribeRequest(audio=jfk_audio), timeout=60)
+    request = pb.StreamTranscribeRequest(audio=jfk_audio, options=GREEDY)
+    call = stub.StreamTranscribe(request, timeout=60)
     tokens = 0
     for response in call:
         tokens += response.WhichOneof("event") == "token"
