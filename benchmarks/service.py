@@ -32,6 +32,7 @@ from xattn.model.audio import N_FRAMES, decode_audio, log_mel_spectrogram, pad_o
 from xattn.model.decoding import DecodeOptions
 from xattn.model.pipeline import Pipeline, load_pipeline
 from xattn.service.background import BackgroundServer
+from xattn.service.convert import SERVICE_BEAM_SIZE, SERVICE_BEST_OF
 from xattn.service.server import ServerConfig
 from xattn.v1 import transcriber_pb2_grpc
 
@@ -42,7 +43,11 @@ DEFAULT_CLIP = ROOT.parent / "shared" / "audio" / "jfk.flac"
 def in_process(pipe: Pipeline, data: bytes) -> float:
     t0 = time.perf_counter()
     audio = decode_audio(data)
-    for _ in pipe.transcribe(audio, DecodeOptions(return_attention=True)):
+    # the search the server runs for a request that leaves it unset (beam 5, best-of 5)
+    options = DecodeOptions(
+        return_attention=True, beam_size=SERVICE_BEAM_SIZE, best_of=SERVICE_BEST_OF
+    )
+    for _ in pipe.transcribe(audio, options):
         pass
     return time.perf_counter() - t0
 
