@@ -26,8 +26,8 @@ import torch
 
 from xattn.model.audio import N_FRAMES, N_SAMPLES, log_mel_spectrogram, pad_or_trim
 from xattn.model.batching import StepBatcher, model_work
-from xattn.model.decoding import DecodeOptions, LogitRules, detect_language
-from xattn.model.prompts import suppressed_ids, window_tokens
+from xattn.model.decoding import DecodeOptions, detect_language
+from xattn.model.prompts import window_tokens
 from xattn.model.results import (
     Segment,
     TimeSpan,
@@ -36,8 +36,13 @@ from xattn.model.results import (
     WindowDiscarded,
     WindowStart,
 )
-from xattn.model.tokenizer import TIME_PRECISION
-from xattn.model.transcribe import INPUT_STRIDE, Context, decode_with_fallback, split_segments
+from xattn.model.transcribe import (
+    INPUT_STRIDE,
+    Context,
+    decode_with_fallback,
+    rules_for,
+    split_segments,
+)
 from xattn.model.vad import SAMPLE_RATE, SpeechMap, SpeechSpan, group_spans, join_speech
 from xattn.model.vad_filter import frame_clock, map_segment
 
@@ -87,21 +92,7 @@ def _batched(ctx, audio, options, batch_size, spans) -> Iterator:
     device, dtype = model.device, next(model.parameters()).dtype
     pieces = windows_of(len(audio), spans)
     language = options.language
-    suppress = ctx.suppress
-    if options.suppress_tokens != (-1,):
-        suppress = suppressed_ids(options.suppress_tokens, ctx.suppress, tok.task_ids)
-    max_initial = options.max_initial_timestamp
-    rules_args = dict(
-        suppress=torch.tensor(suppress, dtype=torch.long, device=device),
-        suppress_blank=torch.tensor(
-            ctx.suppress_blank if options.suppress_blank else (), dtype=torch.long, device=device
-        ),
-        eot=tok.eot,
-        timestamp_begin=tok.timestamp_begin,
-        no_timestamps=tok.no_timestamps,
-        max_initial_timestamp_index=round(max_initial / TIME_PRECISION) if max_initial else None,
-        timestamps=not options.without_timestamps,
-    )
+    window_rules = rules_for(ctx, options)
     segments: list[Segment] = []
     index = 0
     for b in range(0, len(pieces), batch_size):
@@ -130,7 +121,7 @@ def _batched(ctx, audio, options, batch_size, spans) -> Iterator:
             hotwords=options.hotwords,
             without_timestamps=options.without_timestamps,
         )
-        rules = LogitRules(sample_begin=len(initial), **rules_args)
+        rules = window_rules(sample_begin=len(initial))
         jobs = [
             _Window(ctx, p, sizes[i], features[i : i + 1], initial, rules, options)
             for i, p in enumerate(batch)

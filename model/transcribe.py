@@ -10,8 +10,9 @@ and more TokenEvents on fallback), Segment…, and finally the Transcript.
 from __future__ import annotations
 
 import logging
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
@@ -75,6 +76,27 @@ def needs_fallback(r: WindowResult, o: DecodeOptions) -> str | None:
     if silent and o.logprob_threshold is not None and r.avg_logprob < o.logprob_threshold:
         return None  # silence: keep it, the window will be skipped
     return reason
+
+
+def rules_for(ctx: Context, options: DecodeOptions) -> Callable[..., LogitRules]:
+    """LogitRules for every window of one transcription, but `sample_begin` (the length of
+    each window's initial tokens): the suppress lists as asked, the timestamp rules."""
+    tok, device = ctx.tokenizer, ctx.model.device
+    suppress = ctx.suppress
+    if options.suppress_tokens != (-1,):
+        suppress = suppressed_ids(options.suppress_tokens, ctx.suppress, tok.task_ids)
+    blank = ctx.suppress_blank if options.suppress_blank else ()
+    max_initial = options.max_initial_timestamp  # 0 or None: no limit, as openai-whisper
+    return partial(
+        LogitRules,
+        suppress=torch.tensor(suppress, dtype=torch.long, device=device),
+        suppress_blank=torch.tensor(blank, dtype=torch.long, device=device),
+        eot=tok.eot,
+        timestamp_begin=tok.timestamp_begin,
+        no_timestamps=tok.no_timestamps,
+        max_initial_timestamp_index=round(max_initial / TIME_PRECISION) if max_initial else None,
+        timestamps=not options.without_timestamps,
+    )
 
 
 @dataclass(frozen=True)
@@ -186,21 +208,7 @@ def transcribe(ctx: Context, audio: np.ndarray, options: DecodeOptions) -> Itera
         log.debug("detected language %s", language)
     language = language or "en"
     sot_sequence = tok.sot_sequence(language, options.task)
-    suppress = ctx.suppress
-    if options.suppress_tokens != (-1,):
-        suppress = suppressed_ids(options.suppress_tokens, ctx.suppress, tok.task_ids)
-    max_initial = options.max_initial_timestamp  # 0 or None: no limit, as openai-whisper
-    rules_args = dict(
-        suppress=torch.tensor(suppress, dtype=torch.long, device=device),
-        suppress_blank=torch.tensor(
-            ctx.suppress_blank if options.suppress_blank else (), dtype=torch.long, device=device
-        ),
-        eot=tok.eot,
-        timestamp_begin=tok.timestamp_begin,
-        no_timestamps=tok.no_timestamps,
-        max_initial_timestamp_index=round(max_initial / TIME_PRECISION) if max_initial else None,
-        timestamps=not options.without_timestamps,
-    )
+    window_rules = rules_for(ctx, options)
     all_tokens: list[int] = []
     if options.initial_prompt:
         all_tokens = tok.encode(" " + options.initial_prompt.strip())
@@ -241,7 +249,7 @@ def transcribe(ctx: Context, audio: np.ndarray, options: DecodeOptions) -> Itera
             hotwords=options.hotwords,
             without_timestamps=options.without_timestamps,
         )
-        rules = LogitRules(sample_begin=len(initial), **rules_args)
+        rules = window_rules(sample_begin=len(initial))
         result, token_index = yield from decode_with_fallback(
             ctx,
             features,
