@@ -329,26 +329,31 @@ def one_model(pipe: Pipeline, limits: Limits) -> pb.ModelInfo:
     )
 
 
+# the fields GetModelInfoResponse carries, for its default model, as ModelInfo does for each
+_TOP_LEVEL = (
+    "model_name",
+    "dims",
+    "alignment_heads",
+    "alignment_heads_source",
+    "languages",
+    "multilingual",
+    "compute_type",
+    "device",
+    "compute_exact",
+    "compute_note",
+    "limits",
+)
+
+
 def model_info(
     pipe: Pipeline, limits: Limits, pipelines: Sequence[Pipeline] = ()
 ) -> pb.GetModelInfoResponse:
     """`pipe` in the top-level fields; every model of the server (`pipelines`, default: just
     `pipe`) in `models`."""
-    d = pipe.dims
-    exact, note = compute_note(pipe.compute)
+    top = one_model(pipe, limits)
     return pb.GetModelInfoResponse(
-        model_name=pipe.name,
-        dims=model_dims(d),
-        alignment_heads=[pb.AttentionHead(layer=la, head=h) for la, h in pipe.alignment_heads],
-        alignment_heads_source=pipe.alignment_heads_source,
-        languages=pipe.languages,
-        multilingual=pipe.is_multilingual,
+        **{name: getattr(top, name) for name in _TOP_LEVEL},
         alignment_frames_per_second=FRAMES_PER_SECOND,
-        limits=server_limits(limits),
-        compute_type=pipe.compute,
-        device=pipe.device,
-        compute_exact=exact,
-        compute_note=note,
         models=[one_model(p, limits) for p in (pipelines or (pipe,))],
     )
 
