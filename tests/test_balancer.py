@@ -5,7 +5,7 @@
 - `haproxy -c` accepts it with each server list (compose's, and the loopback one the tests
   write) and refuses a broken one;
 - docker-compose.yml's `scale` profile: the replicas like `server`, the balancer's image;
-- xattn.clients.balancing: targets, and the retry policy is the one README documents.
+- xattn.clients.balancing: targets, and the retry policy is the one docs/running-many.md documents.
 """
 
 from __future__ import annotations
@@ -166,13 +166,15 @@ def test_channel_targets() -> None:
 
 
 def test_retry_policy_is_the_documented_one() -> None:
-    """README's service config (Limits and errors) is the one the client uses."""
-    readme = (ROOT / "README.md").read_text()
-    block = re.search(r"```json\n(\{\"methodConfig\".*?)```", readme, re.S)
-    assert block, "README: the retry policy's JSON block"
-    documented = json.loads(block[1])["methodConfig"][0]
+    """The service config documented in docs/running-many.md (where the README points for
+    running several servers) is the one the client uses."""
+    page = (ROOT / "docs" / "running-many.md").read_text()
+    block = re.search(r"```json\n(\{\"loadBalancingConfig\".*?)```", page, re.S)
+    assert block, "docs/running-many.md: the service config's JSON block"
+    whole = json.loads(block[1])
+    documented = whole["methodConfig"][0]
     config = json.loads(service_config())
-    assert config["loadBalancingConfig"] == [{"round_robin": {}}]
+    assert config["loadBalancingConfig"] == whole["loadBalancingConfig"] == [{"round_robin": {}}]
     assert (
         config["methodConfig"][0]
         == documented
