@@ -142,12 +142,28 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(n)
 
 
+class VadUnavailable(RuntimeError):
+    """Voice activity detection asked of an install without the silero-vad package."""
+
+
 def weights_path() -> Path:
-    """The TorchScript file inside the installed silero-vad wheel (the package not imported)."""
+    """The TorchScript file inside the installed silero-vad wheel (the package not imported);
+    VadUnavailable without it (cheap: the request validation asks before any work)."""
+    package = silero_package()
+    if package is None:
+        raise VadUnavailable(
+            "voice activity detection needs the silero-vad package, which this install lacks: "
+            "install xattn[vad] where the model runs, or leave VAD off"
+        )
+    return package / "data" / _WEIGHTS
+
+
+def silero_package() -> Path | None:
+    """The installed silero_vad package's folder, or None."""
     spec = importlib.util.find_spec("silero_vad")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("voice activity detection needs the silero-vad package (extra 'vad')")
-    return Path(next(iter(spec.submodule_search_locations))) / "data" / _WEIGHTS
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 @functools.cache

@@ -27,7 +27,7 @@ from xattn.model.results import (
     WindowStart,
 )
 from xattn.model.streaming import LiveOptions, LiveResult
-from xattn.model.vad import VadOptions
+from xattn.model.vad import VadOptions, weights_path
 from xattn.service.engine import Event, Limits, Timings
 from xattn.service.rows import RowSpec
 from xattn.v1 import transcriber_pb2 as pb
@@ -84,6 +84,8 @@ def decode_options(options: pb.TranscriptionOptions, return_attention: bool) -> 
     for t in temperatures:
         if not math.isfinite(t) or t < 0:
             raise OptionsError(f"temperature {t} must be finite and >= 0")
+    if options.vad_filter:
+        weights_path()  # VadUnavailable (UNIMPLEMENTED) on a server without silero-vad
     condition = True
     if options.HasField("condition_on_previous_text"):
         condition = options.condition_on_previous_text
@@ -258,26 +260,27 @@ class _Window:
 
 @dataclass
 class UnaryShaper:
-    """Collects the rows of each window's accepted attempt; answers at the Transcript."""
+    """Collects the rows of each window's accepted attempt; answers at the Transcript. Keyed
+    by window: batched windows interleave their tokens."""
 
     rows: RowSpec
-    windows: list[_Window] = field(default_factory=list)
+    windows: dict[int, _Window] = field(default_factory=dict)  # in WindowStart order
 
     def __call__(self, event: Event) -> pb.TranscribeResponse | None:
         if isinstance(event, WindowStart):
-            self.windows.append(_Window(event))
+            self.windows[event.window] = _Window(event)
         elif isinstance(event, TokenEvent) and self.rows.enabled:
-            w = self.windows[-1]
+            w = self.windows[event.window]
             w.indices.append(event.index)
             w.ids.append(event.id)
             if event.attention is not None:
                 w.rows.append(self.rows.select(event.attention))
-        elif isinstance(event, WindowDiscarded) and self.windows:
-            self.windows[-1] = _Window(self.windows[-1].start)
+        elif isinstance(event, WindowDiscarded) and event.window in self.windows:
+            self.windows[event.window] = _Window(self.windows[event.window].start)
         elif isinstance(event, Transcript):
             response = pb.TranscribeResponse(transcript=transcript(event))
             if self.rows.enabled:
-                response.windows.extend(self._alignment(w) for w in self.windows)
+                response.windows.extend(self._alignment(w) for w in self.windows.values())
             return response
         return None
 
@@ -388,6 +391,7 @@ def live_vad(config: pb.StreamingRecognitionConfig) -> VadOptions | None:
         raise OptionsError("config.single_utterance needs config.vad (speech ends the utterance)")
     if not config.vad:
         return None
+    weights_path()  # VadUnavailable (UNIMPLEMENTED) on a server without silero-vad
     return vad_options(config.vad_options, LIVE_VAD)
 
 

@@ -10,6 +10,7 @@ import grpc
 
 from xattn.model.audio import AudioError, AudioTooLongError
 from xattn.model.decoding import OptionsError
+from xattn.model.vad import VadUnavailable
 from xattn.service import convert
 from xattn.service.engine import Engine, NotReady, Overloaded, Run
 from xattn.service.live import IdleTimeout, LiveSession, LiveSettings, StreamOrderError
@@ -47,6 +48,8 @@ def error_status(e: BaseException) -> grpc.StatusCode | None:
         return grpc.StatusCode.UNAVAILABLE
     if isinstance(e, Overloaded | ResultTooLarge):
         return grpc.StatusCode.RESOURCE_EXHAUSTED
+    if isinstance(e, VadUnavailable):
+        return grpc.StatusCode.UNIMPLEMENTED  # a feature this server was installed without
     return None
 
 

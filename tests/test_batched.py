@@ -7,15 +7,23 @@ into three windows.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import grpc
 import numpy as np
 import pytest
 from conftest import SHARED_AUDIO
 from openai_ref import pipeline
 
+from xattn.model import vad
 from xattn.model.audio import decode_audio
 from xattn.model.decoding import DecodeOptions, OptionsError
 from xattn.model.results import Segment, TokenEvent, Transcript, WindowStart
 from xattn.model.vad import SAMPLE_RATE
+from xattn.service.background import BackgroundServer
+from xattn.service.server import ServerConfig
+from xattn.v1 import transcriber_pb2 as pb
+from xattn.v1 import transcriber_pb2_grpc
 
 CLIPS = ("eval/audio/cuttledoc_fleurs-en-005.ogg", "eval/audio/coqui_LJ001-0007.wav")
 
@@ -94,3 +102,54 @@ def test_without_vad_cuts_30_s_windows(long_audio) -> None:
 def test_batch_size_range() -> None:
     with pytest.raises(OptionsError, match="batch_size 0 is outside 1..64"):
         pipeline("tiny.en").validate(DecodeOptions(batch_size=0))
+
+
+@pytest.fixture(scope="module")
+def stub() -> Iterator[transcriber_pb2_grpc.TranscriberStub]:
+    with BackgroundServer(ServerConfig(port=0, workers=1), pipeline("tiny.en")) as server:
+        with grpc.insecure_channel(server.address) as channel:
+            yield transcriber_pb2_grpc.TranscriberStub(channel)
+
+
+def test_batch_size_over_the_service(stub, long_audio, batched) -> None:
+    """Transcribe with vad_filter and batch_size 4 (greedy, as the in-process run): the same
+    windows and tokens, each window's row matrix as tall as its tokens."""
+    options = pb.TranscriptionOptions(
+        vad_filter=True, batch_size=4, beam_size=1, language="en", word_timestamps=True
+    )
+    options.temperatures.append(0.0)
+    pcm = pb.Pcm(
+        data=long_audio.astype("<f4").tobytes(),
+        sample_rate=SAMPLE_RATE,
+        encoding=pb.PCM_ENCODING_FLOAT32,
+    )
+    alignment = pb.AlignmentOptions(mode=pb.ALIGNMENT_MODE_MEAN_ALIGNMENT_HEADS)
+    request = pb.TranscribeRequest(audio=pb.Audio(pcm=pcm), options=options, alignment=alignment)
+    response = stub.Transcribe(request, timeout=300)
+    assert {w.window: list(w.token_ids) for w in response.windows} == _tokens(batched)
+    assert [list(w.matrix.shape) for w in response.windows] == [
+        [len(w.token_ids), 1, 1500] for w in response.windows
+    ]
+    assert response.transcript.vad_filtered and response.transcript.text == batched[-1].text
+
+
+def test_vad_on_a_server_without_silero(stub, monkeypatch) -> None:
+    """No silero-vad where the model runs: vad_filter and live vad are UNIMPLEMENTED, with what
+    to install; the server keeps serving."""
+    monkeypatch.setattr(vad, "silero_package", lambda: None)
+    audio = pb.Audio(pcm=pb.Pcm(data=bytes(32000), sample_rate=SAMPLE_RATE, encoding=1))
+    options = pb.TranscriptionOptions(vad_filter=True)
+    live = pb.StreamingRecognitionConfig(encoding=1, sample_rate=SAMPLE_RATE, vad=True)
+    streamed = pb.StreamTranscribeRequest(audio=audio, options=options)
+    calls = [
+        lambda: stub.Transcribe(pb.TranscribeRequest(audio=audio, options=options)),
+        lambda: list(stub.StreamTranscribe(streamed)),
+        lambda: list(stub.StreamingRecognize(iter([pb.StreamingRecognizeRequest(config=live)]))),
+    ]
+    for call in calls:
+        with pytest.raises(grpc.RpcError) as err:
+            call()
+        assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        assert "install xattn[vad]" in err.value.details()
+    plain = stub.Transcribe(pb.TranscribeRequest(audio=audio), timeout=60)
+    assert plain.transcript.text.strip() == ""
