@@ -16,11 +16,17 @@ and Debian's Chromium, whose fake microphone plays the clip (repeated `--repeat`
 - page -> bridge backlog: per final, the audio the page had sent minus the audio the bridge
   had forwarded to gRPC when the result came (so it includes the way back, and up to one
   40 ms chunk): what the way in adds.
-- gRPC only: benchmarks.streaming.one_stream on the clip's audio (100 ms chunks at 1x), as
-  many streams at once: what `benchmarks/streaming.py` measures. Then, at 1 tab, one page and
-  one gRPC-only stream at the same time: the same load for both, so the gap between their
-  delays is what the page and the bridge add (the first two levels run one after the other,
-  and on a busy host the load differs between them).
+- gRPC only: benchmarks.streaming.one_stream on the clip's audio (100 ms chunks at 1x, the
+  mean row), as many streams at once: what `benchmarks/streaming.py` measures; and "as the
+  bridge asks": the page's 40 ms chunks with every head's row (the page's views need them),
+  the same requests the bridge makes.
+- bridge only: a Python WebSocket client in each tab's place, the page's chunks at 1x through
+  the bridge, no browser: the gap to "gRPC only, as the bridge asks" is what the bridge adds;
+  the gap from there to the page is Chromium's (capture, worklet, drawing: on a 2-core host
+  it competes with the model for the CPU).
+- Then, at 1 tab, one page and one gRPC-only stream (as the bridge asks) at the same time:
+  the same load for both (the other levels run one after the other, and on a busy host the
+  load differs between them).
 Words are matched to the reference by order and text (difflib), as benchmarks/streaming.py
 does. Timings on a shared, busy host vary by the decode steps' length: say so with them.
 """
@@ -30,11 +36,13 @@ from __future__ import annotations
 import argparse
 import base64
 import difflib
+import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -42,10 +50,11 @@ from typing import Any
 
 import numpy as np
 import soundfile
+from websockets.sync.client import connect as ws_connect
 
 from benchmarks import results
-from benchmarks.streaming import DEFAULT_CLIP, norm, one_stream, reference_words
-from xattn.clients.streaming import read_pcm16
+from benchmarks.streaming import DEFAULT_CLIP, Run, norm, one_stream, reference_words
+from xattn.clients.streaming import CHUNK_SECONDS, Pacer, read_pcm16
 from xattn.model.pipeline import load_pipeline
 from xattn.service.background import BackgroundServer
 from xattn.service.server import ServerConfig
@@ -54,6 +63,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
 RATE = 16000
 CHUNK_MS = 40.0  # the page's chunk (clients/render/assets/live.js)
+GRPC_ONLY = "gRPC only (benchmarks/streaming.py)"
 ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
 ARGS += ["--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream"]
 AUTO_STOP = """(after) => setInterval(() => {
@@ -111,7 +121,8 @@ def page_level(
     ref = reference_words(address, beside) if beside else []
     for page in pages:
         page.click("#record")
-    grpc = pool.submit(one_stream, address, beside, 1.0, ref, None) if beside else None
+    asks = ("all", CHUNK_MS / 1000)  # what the bridge forwards: every head, 40 ms chunks
+    grpc = pool.submit(one_stream, address, beside, 1.0, ref, None, *asks) if beside else None
     delays, hops, backlog, matched, words = [], [], [], 0, 0
     try:
         for page in pages:
@@ -162,17 +173,64 @@ def page_level(
     ]
 
 
-def grpc_level(address: str, pcm: bytes, streams: int) -> dict:
+def grpc_level(address: str, pcm: bytes, streams: int, as_the_bridge: bool = False) -> dict:
+    """gRPC alone: benchmarks/streaming.py's stream (100 ms chunks, the mean row), or with
+    what the bridge forwards (the page's 40 ms chunks, every head's row)."""
     ref = reference_words(address, pcm)
+    alignment, chunk = ("all", CHUNK_MS / 1000) if as_the_bridge else ("mean", CHUNK_SECONDS)
+
+    def one(_: int) -> Run:
+        return one_stream(address, pcm, 1.0, ref, None, alignment, chunk)
+
     with ThreadPoolExecutor(streams) as pool:
-        runs = list(pool.map(lambda _: one_stream(address, pcm, 1.0, ref, None), range(streams)))
+        runs = list(pool.map(one, range(streams)))
     delays = [d for r in runs for d in r.delays]
     return {
-        "path": "gRPC only (benchmarks/streaming.py)",
+        "path": "gRPC only, as the bridge asks" if as_the_bridge else GRPC_ONLY,
         "tabs": streams,
         "median s": round(statistics.median(delays), 2),
         "p90 s": round(float(np.percentile(delays, 90)), 2),
         "matched words": f"{sum(r.matched for r in runs)}/{sum(r.reference_words for r in runs)}",
+    }
+
+
+def socket_stream(url: str, pcm: bytes, ref: list[tuple[str, float]]) -> list[float]:
+    """A Python WebSocket client in the page's place: its 40 ms chunks at 1x through the bridge,
+    each word's delay from when its final arrived (no browser: what the bridge adds)."""
+    base = url.rstrip("/")
+    words: list[tuple[str, float]] = []
+    with ws_connect("ws" + base.removeprefix("http") + "/ws", origin=base) as ws:  # type: ignore[arg-type]
+        ws.send(json.dumps({"type": "start"}))
+        pacer = Pacer(pcm, 1.0, CHUNK_MS / 1000)
+
+        def send() -> None:
+            for chunk in pacer:
+                ws.send(chunk)
+            ws.send(json.dumps({"type": "stop"}))
+
+        start = time.monotonic()
+        sender = threading.Thread(target=send)
+        sender.start()
+        for message in ws:  # until the bridge closes after `done`
+            arrived = time.monotonic() - start
+            for ev in json.loads(message):
+                if ev["type"] == "segment":
+                    words += [(norm(w["word"]), arrived) for w in ev["words"]]
+        sender.join()
+    return matched_delays(ref, words)
+
+
+def socket_level(url: str, address: str, pcm: bytes, streams: int) -> dict:
+    ref = reference_words(address, pcm)
+    with ThreadPoolExecutor(streams) as pool:
+        found = list(pool.map(lambda _: socket_stream(url, pcm, ref), range(streams)))
+    delays = [d for f in found for d in f]
+    return {
+        "path": "bridge only (a Python WebSocket client)",
+        "tabs": streams,
+        "median s": round(statistics.median(delays), 2),
+        "p90 s": round(float(np.percentile(delays, 90)), 2),
+        "matched words": f"{len(delays)}/{len(ref) * streams}",
     }
 
 
@@ -204,6 +262,8 @@ def main(argv: list[str] | None = None) -> None:
                 browser = p.chromium.launch(executable_path=CHROMIUM, args=[*ARGS, mic])
                 for n in sorted({1, args.tabs}):
                     level = [grpc_level(server.address, pcm, n)]
+                    level += [grpc_level(server.address, pcm, n, as_the_bridge=True)]
+                    level += [socket_level(url, server.address, pcm, n)]
                     level += page_level(browser, url, n, seconds, server.address)
                     if n == 1:  # the same load for both: one tab and one gRPC stream at once
                         level += page_level(browser, url, 1, seconds, server.address, pcm)

@@ -33,7 +33,15 @@ import numpy as np
 
 from benchmarks import results
 from xattn.clients.api import connect
-from xattn.clients.streaming import LiveDone, LiveResult, live_config, read_pcm16, stream_pcm
+from xattn.clients.streaming import (
+    CHUNK_SECONDS,
+    LiveDone,
+    LiveResult,
+    Pacer,
+    live_config,
+    read_pcm16,
+    stream_chunks,
+)
 from xattn.model.pipeline import load_pipeline
 from xattn.service.background import BackgroundServer
 from xattn.service.server import ServerConfig
@@ -71,14 +79,21 @@ def reference_words(address: str, pcm: bytes) -> list[tuple[str, float]]:
 
 
 def one_stream(
-    address: str, pcm: bytes, speed: float, ref: list[tuple[str, float]], margin: float | None
+    address: str,
+    pcm: bytes,
+    speed: float,
+    ref: list[tuple[str, float]],
+    margin: float | None,
+    alignment: str = "mean",
+    chunk_seconds: float = CHUNK_SECONDS,
 ) -> Run:
     finals: list[LiveResult] = []
     first_interim = None
     done = None
     with connect(address) as client:
-        config = live_config(interim=True, commit_margin=margin)
-        for event in stream_pcm(client, pcm, speed=speed, config=config):
+        config = live_config(interim=True, commit_margin=margin, alignment=alignment)
+        pacer = Pacer(pcm, speed, chunk_seconds)
+        for event in stream_chunks(client, pacer, config, stop=pacer.stop):
             if isinstance(event, LiveDone):
                 done = event
             elif event.is_final:

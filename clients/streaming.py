@@ -137,16 +137,17 @@ def _s16(frame: av.AudioFrame) -> bytes:
     return frame.to_ndarray().astype("<i2").tobytes()  # packed mono s16: [1, n]
 
 
-class _Pacer:
-    """A file's audio in chunks at `speed` times real time (from the first chunk asked)."""
+class Pacer:
+    """A file's audio in chunks at `speed` times real time (from the first chunk asked): each
+    chunk leaves when its last sample would have been recorded."""
 
-    def __init__(self, pcm: bytes, speed: float) -> None:
-        self.pcm, self.speed = pcm, speed
+    def __init__(self, pcm: bytes, speed: float, chunk_seconds: float = CHUNK_SECONDS) -> None:
+        self.pcm, self.speed, self.chunk_seconds = pcm, speed, chunk_seconds
         self.stop = threading.Event()
 
     def __iter__(self) -> Iterator[bytes]:
         start = time.monotonic()
-        step = int(CHUNK_SECONDS * RATE) * 2
+        step = int(self.chunk_seconds * RATE) * 2
         for at in range(0, len(self.pcm), step):
             chunk = self.pcm[at : at + step]
             due = start + (at + len(chunk)) / BYTES_PER_SECOND / self.speed
@@ -194,7 +195,7 @@ def stream_pcm(
     and server-streaming calls only)."""
     if speed <= 0:
         raise ValueError(f"speed must be > 0, not {speed}")
-    pacer = _Pacer(pcm, speed)
+    pacer = Pacer(pcm, speed)
     yield from stream_chunks(client, pacer, config, token, pacer.stop)
 
 
