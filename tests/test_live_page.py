@@ -9,6 +9,7 @@ Without a browser the page tests skip, except under CI=true (test_inspector.unav
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import http.client
 import json
@@ -73,12 +74,16 @@ def served() -> Iterator[Served]:
         s.stop()
 
 
-@pytest.fixture(scope="module")
-def offline_text(served: Served, jfk_path: Path) -> str:
+def offline_text(served: Served, pcm: bytes) -> str:
+    """An offline greedy Transcribe (the live stream decodes greedily) of 16 kHz int16 `pcm`:
+    what a tab sent, which is not the file's samples (a 48 kHz tab resamples twice; the fake
+    microphone starts when it is opened)."""
     with grpc.insecure_channel(served.address) as channel:
         stub = transcriber_pb2_grpc.TranscriberStub(channel)
-        audio = pb.Audio(encoded=jfk_path.read_bytes())
-        return stub.Transcribe(pb.TranscribeRequest(audio=audio)).transcript.text
+        audio = pb.Audio(pcm=pb.Pcm(data=pcm, sample_rate=16000, encoding=pb.PCM_ENCODING_INT16))
+        options = pb.TranscriptionOptions(beam_size=1, temperatures=[0.0])
+        request = pb.TranscribeRequest(audio=audio, options=options)
+        return stub.Transcribe(request, timeout=120).transcript.text
 
 
 @contextlib.contextmanager
@@ -233,11 +238,10 @@ def test_bridge_closes_bad_connections_not_itself(bridge: str, jfk_path: Path) -
     assert any(e["type"] == "token" and e["shape"] == [24, 1500] for e in events)  # every head
 
 
-def test_two_tabs_record_and_a_third_is_refused(
-    bridge: str, browser: Any, offline_text: str, served: Served
-) -> None:
-    """Press record: the finals appear (the offline words within one), one heatmap row per
-    final token, growing while speaking; stop shows the inspection view with the recording.
+def test_two_tabs_record_and_a_third_is_refused(bridge: str, browser: Any, served: Served) -> None:
+    """Press record: the finals appear (the offline words of what the tab sent, within two),
+    one heatmap row per final token, growing while speaking; stop shows the inspection view
+    with the recording.
     The server takes two streams: a third tab is told that the server is full. The second
     tab's AudioContext runs at the browser's own rate (48 kHz): its worklet resamples."""
     tabs = [Tab(browser, bridge), Tab(browser, bridge, NATIVE_RATE), Tab(browser, bridge)]
@@ -264,7 +268,12 @@ def test_two_tabs_record_and_a_third_is_refused(
             tab.wait("xattnLive.phase !== 'stopping'", timeout=90)
             assert tab.js("xattnLive.phase") == "done", tab.js("xattnLive.message")
             text = tab.js("xattn.text")
-            assert word_distance(text, offline_text) <= 1, (text, offline_text)
+            recorded = base64.b64decode(tab.js("xattnLive.recordedPcm()"))
+            offline = offline_text(served, recorded)
+            # real-time capture: the decodes cut the audio where the clock puts them; in about
+            # 1 run in 4 here one cut hears "ask n-" as "asked", and the committed prompt then
+            # carries "asked" into the repeat (2 words; the fixed cuts of the pipe tests: 1)
+            assert word_distance(text, offline) <= 2, (tabs.index(tab), text, offline)
             finals = tab.js("xattnLive.finals")
             n = tab.js("xattn.allRows")
             assert n == sum(f["tokens"] for f in finals) > 15
