@@ -25,7 +25,14 @@ import numpy as np
 import soundfile as sf
 import torch
 import torch.nn.functional as F
-import torchaudio.functional as AF
+
+try:
+    import torchaudio.functional as AF
+except OSError as e:  # its C library, built for another torch than the one installed
+    raise ImportError(
+        f"torchaudio does not load with torch {torch.__version__} ({e}): install the "
+        "torchaudio release built for this torch (https://pytorch.org/audio/main/installation)"
+    ) from e
 
 log = logging.getLogger(__name__)
 

@@ -197,11 +197,9 @@ class WindowRows:
 def filtered(rules: LogitRules, logits: torch.Tensor, histories: list[list[int]]) -> torch.Tensor:
     """Each row's logits [R, n_vocab] through the logit rules given its tokens (in place, the
     reference's filters), and their log-probabilities [R, n_vocab]."""
-    out = []
     for row, tokens in zip(logits, histories, strict=True):
         rules.mask(row, tokens)
-        out.append(rules.prefer_timestamps(row))  # [n_vocab]
-    return torch.stack(out)  # [R, n_vocab]
+    return rules.prefer_timestamps(logits)  # [R, n_vocab]
 
 
 def beam_window(

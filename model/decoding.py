@@ -142,13 +142,20 @@ class LogitRules:
                 logits[ts + self.max_initial_timestamp_index + 1 :] = -math.inf
 
     def prefer_timestamps(self, logits: torch.Tensor) -> torch.Tensor:
-        """Timestamps win when their total probability beats every text token's (text set to
-        -inf in `logits`); returns the log-probabilities [n_vocab] of the logits as left."""
-        logprobs = torch.log_softmax(logits, dim=-1)  # [n_vocab]
+        """Timestamps win in a row when their total probability beats every text token's
+        (text set to -inf in that row of `logits`); returns the log-probabilities of the
+        logits as left. `logits`: [n_vocab] or rows [R, n_vocab], each row as the reference
+        treats it alone (its reductions run along the row either way)."""
+        logprobs = torch.log_softmax(logits, dim=-1)  # [..., n_vocab]
+        if not self.timestamps:
+            return logprobs
         ts = self.timestamp_begin
-        if self.timestamps and logprobs[ts:].logsumexp(dim=-1) > logprobs[:ts].max():
-            logits[:ts] = -math.inf
-            return torch.log_softmax(logits, dim=-1)  # [n_vocab]
+        rows, by_row = logits.view(-1, logits.shape[-1]), logprobs.view(-1, logits.shape[-1])
+        win = by_row[:, ts:].logsumexp(dim=-1) > by_row[:, :ts].amax(dim=-1)  # [R]
+        if not bool(win.any()):
+            return logprobs
+        rows[win, :ts] = -math.inf
+        by_row[win] = torch.log_softmax(rows[win], dim=-1)  # [R won, n_vocab]
         return logprobs
 
 
