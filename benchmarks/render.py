@@ -36,6 +36,10 @@ TITLES = {
     "longform": "Long audio: real-time factor and cost per window",
     "streaming": "Live recognition: commit delay and compute",
     "startup": "Start-up to health SERVING",
+    "longform_vad": "Long audio with VAD and batches, beside faster-whisper",
+    "wer": "Word error rate on the shared real speech, greedy and beam 5",
+    "scale": "Replicas behind HAProxy",
+    "live_page": "The live page: word commit delay, page, bridge and gRPC alone",
     "soak": "Soak: mixed traffic for a while",
 }
 

@@ -90,6 +90,27 @@ def test_rows_words_and_segments_in_order(long_audio, batched) -> None:
     assert all(sum(p.count for p in w.clock) == w.num_frames for w in windows)
 
 
+@pytest.mark.slow
+def test_ten_minutes_batched_equals_one_by_one() -> None:
+    """The 10-minute file of benchmarks/longform_vad.py (the shared English clips and jfk with
+    silence and faint noise between them): batch 8 gives each window the tokens that window
+    gets decoded alone; every row sums to 1; words and segments are in order."""
+    if not (SHARED_AUDIO.parent / "eval/manifest.jsonl").is_file():
+        pytest.skip("shared eval audio missing")
+    from benchmarks.longform_vad import build
+
+    audio, _ = build(10.0)
+    batched = _run(audio, 8, vad=True)
+    tokens = _tokens(batched)
+    assert len(tokens) >= 16 and tokens == _tokens(_run(audio, 1, vad=True))
+    rows = np.stack([e.attention for e in batched if isinstance(e, TokenEvent)])  # [n, L, H, F]
+    assert np.allclose(rows.sum(-1), 1.0, atol=1e-3)
+    words = [w for e in batched if isinstance(e, Segment) for w in e.words]
+    assert [w.start for w in words] == sorted(w.start for w in words)
+    segments = [e.start for e in batched if isinstance(e, Segment)]
+    assert segments == sorted(segments) and segments[-1] < len(audio) / SAMPLE_RATE
+
+
 def test_without_vad_cuts_30_s_windows(long_audio) -> None:
     audio = long_audio[: 40 * SAMPLE_RATE]
     events = _run(audio, 2, vad=False)
