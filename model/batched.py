@@ -4,9 +4,10 @@ BatchedInferencePipeline.
 The audio is cut into windows of at most 30 s: with vad_filter the speech spans joined into
 groups (faster-whisper's collect_chunks with max_duration 30), without it consecutive 30 s
 windows. Windows are independent (no prompt from the previous one). N of them take one batched
-encoder call; then each window's `decode_with_fallback` runs on a thread of its own and the
+encoder call and one cross-attention K/V projection (each window's cache holds views of its
+rows); then each window's `decode_with_fallback` runs on a thread of its own and the
 `StepBatcher` (the pipeline's, or one made for the call) runs their cached steps as one batched
-decoder forward per step. Tokens are yielded the moment they are chosen, tagged with their
+decoder forward per step, the windows' cross-attention as one over the batch's K/V. Tokens are yielded the moment they are chosen, tagged with their
 window (and renumbered in the order they leave); segments and words (from each window's own
 cross-attention K/V) come out in time order once the windows before them are done.
 
@@ -27,6 +28,7 @@ import torch
 from xattn.model.audio import N_FRAMES, N_SAMPLES, log_mel_spectrogram, pad_or_trim
 from xattn.model.batching import StepBatcher, model_work
 from xattn.model.decoding import DecodeOptions, detect_language
+from xattn.model.kv_cache import KVCache
 from xattn.model.prompts import window_tokens
 from xattn.model.results import (
     Segment,
@@ -122,8 +124,9 @@ def _batched(ctx, audio, options, batch_size, spans) -> Iterator:
             without_timestamps=options.without_timestamps,
         )
         rules = window_rules(sample_begin=len(initial))
+        cross = run(model.decoder.cross_kv, features)  # [B, ...] once: views per window
         jobs = [
-            _Window(ctx, p, sizes[i], features[i : i + 1], initial, rules, options)
+            _Window(ctx, p, sizes[i], features[i : i + 1], cross.window(i), initial, rules, options)
             for i, p in enumerate(batch)
         ]
         for job in jobs:
@@ -147,13 +150,13 @@ def _batched(ctx, audio, options, batch_size, spans) -> Iterator:
 class _Window:
     """One window's decode, run on a thread of its own."""
 
-    def __init__(self, ctx, piece: Piece, size: int, features, initial, rules, options):
+    def __init__(self, ctx, piece: Piece, size: int, features, cross, initial, rules, options):
         self.ctx, self.piece, self.options = ctx, piece, options
         self.features, self.initial, self.rules = features, initial, rules
         self.size = size  # mel frames of audio
         self.num_frames = size // INPUT_STRIDE
         self.smap = SpeechMap(piece.spans)
-        self.cache = None
+        self.cache = KVCache(cross, ctx.model.dims.n_text_ctx)  # its rows of the batch's K/V
         self.result = None
 
     def start_event(self, language: str) -> WindowStart:
@@ -164,7 +167,6 @@ class _Window:
         """On its thread: the window's token events into `out`, then None."""
         try:
             with torch.inference_mode():
-                self.cache = model_work(self.ctx.batcher)(self.ctx.model.new_cache, self.features)
                 steps = decode_with_fallback(
                     self.ctx,
                     self.features,

@@ -80,6 +80,13 @@ class BatchStats:
         return self.steps / self.batches if self.batches else 0.0
 
 
+def _cross_position(step: _Step) -> tuple[int, int]:
+    """Where a step's cross-attention K/V lie: windows of one batch (CrossKV.window) sort next
+    to each other, in order, so that their attention runs as one (kv_cache.joined_rows)."""
+    k = step.cache.cross.k[0]
+    return k.untyped_storage().data_ptr(), k.storage_offset()
+
+
 class StepBatcher:
     """Shares one batched decoder forward among the decodes of several threads."""
 
@@ -191,6 +198,7 @@ class StepBatcher:
 
     @staticmethod
     def _forward(decoder: torch.nn.Module, batch: list[_Step]) -> None:
+        batch = sorted(batch, key=_cross_position)  # windows encoded together, in their order
         need = any(s.need_scores for s in batch)
         with torch.inference_mode():
             device = batch[0].cache.self_k.device

@@ -30,6 +30,47 @@ class CrossKV:
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (*self.k, *self.v))
 
+    def window(self, i: int) -> CrossKV:
+        """Window `i` of a batch of windows: views of its rows, nothing copied (a CacheBatch
+        of such windows in order attends over them as one batch: `joined_rows`)."""
+        return CrossKV([k[i : i + 1] for k in self.k], [v[i : i + 1] for v in self.v])
+
+
+def joined_rows(
+    k: list[torch.Tensor], v: list[torch.Tensor], slices: list[slice]
+) -> list[tuple[torch.Tensor, torch.Tensor, slice]]:
+    """The cross K/V of a CacheBatch's caches for one layer (k[i], v[i]: [1 or B, H, d, F] for
+    batch rows slices[i]), with runs of one-row caches whose K/V are consecutive rows of one
+    tensor (`CrossKV.window` of windows encoded together) joined into one view of the run:
+    one attention over the run instead of one per window, nothing copied."""
+    runs: list[tuple[torch.Tensor, torch.Tensor, slice]] = []
+    for kt, vt, r in zip(k, v, slices, strict=True):
+        if runs and r.stop - r.start == 1 and _follows(runs[-1], kt, vt, r):
+            pk, pv, pr = runs[-1]
+            n = pk.shape[0] + 1
+            runs[-1] = (_rows(pk, n), _rows(pv, n), slice(pr.start, r.stop))
+        else:
+            runs.append((kt, vt, r))
+    return runs
+
+
+def _follows(run: tuple[torch.Tensor, torch.Tensor, slice], *kvr) -> bool:
+    """Whether (k, v, r) continue `run`: the next row of the batch and of the same tensors."""
+    (pk, pv, pr), (k, v, r) = run, kvr
+    if pr.stop != r.start or pr.stop - pr.start != pk.shape[0] or k.shape[0] != 1:
+        return False  # not adjacent, or a run of shared K/V (a beam search's rows)
+    return all(
+        a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+        and a.stride() == b.stride()
+        and b.storage_offset() == a.storage_offset() + a.shape[0] * a.stride(0)
+        for a, b in ((pk, k), (pv, v))
+    )
+
+
+def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
+    """The first `n` rows of the tensor `t` is a view into (`t` being its first rows)."""
+    return t.as_strided((n, *t.shape[1:]), t.stride(), t.storage_offset())
+
 
 class KVCache:
     """Self-attention K/V for one decode, plus the window's cross-attention K/V."""

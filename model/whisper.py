@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from xattn.model.dims import ModelDims
-from xattn.model.kv_cache import CacheBatch, CrossKV, KVCache
+from xattn.model.kv_cache import CacheBatch, CrossKV, KVCache, joined_rows
 from xattn.model.linear import Linear, blocked, column_major, onednn_linear, split_columns
 from xattn.model.logits import Int8Logits
 
@@ -121,8 +121,8 @@ class CrossAttention(nn.Module):
         CacheBatch, whose rows of x are `slices`."""
         q = split_heads(self.query(x), self.n_head)  # [B, H, T, d_k]
         if isinstance(k, list):
-            slices = slices or [slice(i, i + 1) for i in range(len(k))]
-            pairs = [attend(q[r], k[i], v[i], need_scores) for i, r in enumerate(slices)]
+            runs = joined_rows(k, v, slices or [slice(i, i + 1) for i in range(len(k))])
+            pairs = [attend(q[r], kt, vt, need_scores) for kt, vt, r in runs]
             y = torch.cat([y for y, _ in pairs])  # [B, H, T, d_k]
             scores = torch.cat([s for _, s in pairs]) if need_scores else None
         else:

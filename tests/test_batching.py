@@ -15,7 +15,7 @@ import torch
 from xattn.model.audio import N_FRAMES, decode_audio, log_mel_spectrogram, pad_or_trim
 from xattn.model.batching import StepBatcher
 from xattn.model.decoding import DecodeOptions
-from xattn.model.kv_cache import CacheBatch
+from xattn.model.kv_cache import CacheBatch, KVCache, joined_rows
 from xattn.model.pipeline import Pipeline, load_pipeline
 from xattn.model.results import TokenEvent
 
@@ -25,8 +25,11 @@ def pipeline(compute: str) -> Pipeline:
     return load_pipeline("tiny.en", compute=compute)
 
 
-def test_cache_batch_step_equals_single_steps(jfk_path: Path) -> None:
-    """Three decodes at different lengths over different windows, one batched step each."""
+@pytest.mark.parametrize("one_batch", [False, True])
+def test_cache_batch_step_equals_single_steps(jfk_path: Path, one_batch: bool) -> None:
+    """Three decodes at different lengths over different windows, one batched step each; with
+    `one_batch` the windows' cross K/V are views of one batch's (CrossKV.window), whose
+    attention runs as one over the three (joined_rows: one run, no copy)."""
     model = pipeline("fp32").model
     audio = decode_audio(jfk_path)
     windows = [audio, audio[16000 * 3 :], np.zeros_like(audio)]
@@ -35,15 +38,28 @@ def test_cache_batch_step_equals_single_steps(jfk_path: Path) -> None:
         mels = [pad_or_trim(log_mel_spectrogram(w, 80), N_FRAMES) for w in windows]
         features = [model.encoder(m[None]) for m in mels]  # 3 × [1, 1500, d]
 
-        def caches() -> list:
+        def caches(joined: bool) -> list:
+            cross = model.decoder.cross_kv(torch.cat(features))  # [3, H, d_k, 1500] a layer
             out = []
-            for f, p in zip(features, prompts, strict=True):
-                c = model.new_cache(f)
+            for i, (f, p) in enumerate(zip(features, prompts, strict=True)):
+                c = (
+                    KVCache(cross.window(i), model.dims.n_text_ctx)
+                    if joined
+                    else model.new_cache(f)
+                )
                 model.decoder(torch.tensor([p]), c)
                 out.append(c)
             return out
 
-        singles, batched = caches(), caches()
+        singles, batched = caches(False), caches(one_batch)
+        runs = joined_rows(
+            *([c.cross.k[0] for c in batched], [c.cross.v[0] for c in batched]),
+            [slice(i, i + 1) for i in range(3)],
+        )
+        assert len(runs) == (1 if one_batch else 3)
+        if one_batch:
+            assert runs[0][0].data_ptr() == batched[0].cross.k[0].data_ptr()  # a view
+            assert runs[0][0].shape[0] == 3 and runs[0][2] == slice(0, 3)
         nxt = [290, 1560, 50256]
         one = [
             model.decoder(torch.tensor([[t]]), c, need_scores=True, hidden=True)

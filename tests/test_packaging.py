@@ -60,8 +60,17 @@ def test_a_fresh_venv_runs_both_console_scripts(wheel: Path, tmp_path: Path) -> 
         ).stdout.strip()
     )
     subprocess.run(
-        [sys.executable, "-m", "pip", "--python", bin_dir / "python", "install", "--no-deps",
-         "--no-index", wheel],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            bin_dir / "python",
+            "install",
+            "--no-deps",
+            "--no-index",
+            wheel,
+        ],
         check=True,
         capture_output=True,
         timeout=300,
