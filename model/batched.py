@@ -7,9 +7,10 @@ windows. Windows are independent (no prompt from the previous one). N of them ta
 encoder call and one cross-attention K/V projection (each window's cache holds views of its
 rows); then each window's `decode_with_fallback` runs on a thread of its own and the
 `StepBatcher` (the pipeline's, or one made for the call) runs their cached steps as one batched
-decoder forward per step, the windows' cross-attention as one over the batch's K/V. Tokens are yielded the moment they are chosen, tagged with their
-window (and renumbered in the order they leave); segments and words (from each window's own
-cross-attention K/V) come out in time order once the windows before them are done.
+decoder forward per step, the windows' cross-attention as one over the batch's K/V. Tokens
+are yielded the moment they are chosen, tagged with their window (and renumbered in the order
+they leave); segments and words (from each window's own cross-attention K/V) come out in time
+order once the windows before them are done.
 
 A window decoded in a batch gives the same tokens as decoded alone (`batch_size=1`): the batch
 changes only float rounding (tests/test_batched.py).

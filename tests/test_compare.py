@@ -9,7 +9,10 @@ from typing import Any
 
 import pytest
 from conftest import SHARED_AUDIO
-from test_inspector import browser  # noqa: F401 (the module's Chromium fixture)
+from test_inspector import (
+    OUTPUT,
+    browser,  # noqa: F401 (the module's Chromium fixture)
+)
 
 from tests.openai_ref import pipeline
 from xattn.clients.cli import main
@@ -17,8 +20,6 @@ from xattn.clients.compare import align_words, differences, side_specs, word_key
 from xattn.clients.data import Word
 from xattn.service.background import BackgroundServer
 from xattn.service.server import ServerConfig
-
-NOTES = Path("/work/notes")
 
 
 def words(*texts: str) -> list[Word]:
@@ -115,10 +116,11 @@ def test_compare_page_in_chromium(browser: Any, page_file: Path) -> None:  # noq
     ranges = page.evaluate("window.xattnCompare.frames().map(f => f.range)")
     assert ranges[0] == ranges[1] and ranges[0][1] - ranges[0][0] < 1500
     assert not errors, errors
-    if NOTES.is_dir():
-        page.evaluate("window.xattnCompare.frames()[0].fit()")
-        page.wait_for_timeout(300)
-        page.screenshot(path=str(NOTES / "compare.png"), full_page=True)
+    page.evaluate("window.xattnCompare.frames()[0].fit()")
+    page.wait_for_timeout(300)
+    OUTPUT.mkdir(exist_ok=True)
+    (OUTPUT / ".gitignore").write_text("*\n")
+    page.screenshot(path=str(OUTPUT / "compare.png"), full_page=True)  # tests/output, ignored
     page.close()
 
 
