@@ -183,3 +183,5 @@ def test_retry_policy_is_the_documented_one() -> None:
             "retryPolicy": RETRY_POLICY,
         }
     )
+    live = {"name": [{"service": "xattn.v1.Transcriber", "method": "StreamingRecognize"}]}
+    assert config["methodConfig"][1:] == whole["methodConfig"][1:] == [live]  # never retried

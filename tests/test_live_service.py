@@ -226,3 +226,31 @@ def test_cli_stream_json(server: BackgroundServer, stub: Stub) -> None:
     words = [w for s in result["segments"] for w in s["words"]]
     assert words_of("".join(w["word"] for w in words)) == words_of(result["text"])
     assert np.all(np.diff([w["start"] for w in words]) >= 0)
+
+
+def test_a_full_server_refuses_a_live_stream_at_once(jfk_path: Path) -> None:
+    """Through the client's channel (its service config retries RESOURCE_EXHAUSTED for the
+    other methods): a live stream on a full server is refused on its first attempt, never
+    held back and retried while its microphone keeps talking."""
+    from xattn.clients.api import ServerError, connect
+    from xattn.clients.pcm import PcmQueue
+    from xattn.clients.streaming import live_config, read_pcm16, stream_chunks
+
+    config = ServerConfig(port=0, workers=1, max_queue=0, live_idle_timeout=30.0)
+    with BackgroundServer(config, pipeline("tiny.en")) as server, connect(server.address) as client:
+        holding = PcmQueue()  # the first stream: admitted, then waits for audio
+        holding.put(read_pcm16(jfk_path)[:32000])
+        first = threading.Thread(target=lambda: list(stream_chunks(client, holding, live_config())))
+        first.start()
+        try:
+            deadline = time.monotonic() + 60
+            while server.engine.counters().live < 1:
+                assert time.monotonic() < deadline, "the first stream was never admitted"
+                time.sleep(0.05)
+            with pytest.raises(ServerError) as refused:
+                list(stream_chunks(client, iter([b"\0\0" * 1600]), live_config()))
+            assert refused.value.code == "RESOURCE_EXHAUSTED"
+            assert server.engine.counters().rejected == 1  # one attempt: not retried
+        finally:
+            holding.end()
+            first.join(60)
