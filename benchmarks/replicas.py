@@ -27,6 +27,7 @@ import time
 import urllib.request
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -62,7 +63,32 @@ def wait_until(predicate: object, what: str, timeout: float, poll: float = 0.1) 
         time.sleep(poll)
 
 
-class Replicas:
+class _Started:
+    """A context manager over start() and stop(): stopped again if starting fails."""
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class Replicas(_Started):
     """`count` server processes on free loopback ports; SIGTERM on exit (SIGKILL after 30 s)."""
 
     def __init__(
@@ -136,21 +162,6 @@ class Replicas:
     def signal(self, i: int, sig: signal.Signals) -> None:
         self.procs[i].send_signal(sig)
 
-    def __enter__(self) -> Replicas:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
     def stop(self) -> None:
         procs = [p for p in self.procs if p is not None]
         for proc in procs:
@@ -164,7 +175,7 @@ class Replicas:
                 proc.wait(10)
 
 
-class Balancer:
+class Balancer(_Started):
     """HAProxy with the repository's config in front of `ports` on 127.0.0.1."""
 
     def __init__(self, ports: list[int], folder: Path) -> None:
@@ -235,21 +246,6 @@ class Balancer:
 
     def log_lines(self) -> list[str]:
         return self.log_path.read_text(errors="replace").splitlines()
-
-    def __enter__(self) -> Balancer:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
