@@ -30,10 +30,12 @@ from typing import Any
 SERVICE = "xattn.v1.Transcriber"
 SCHEMES = ("dns:", "ipv4:", "ipv6:", "unix:", "unix-abstract:", "vsock:")
 # gRPC's own cap is 5 attempts; the backoff between them is random in [0, current) and
-# grows 2x from 0.2 s to at most 5 s, unless the server's pushback says how long to wait
+# grows 2x from 0.5 s to at most 5 s, unless the server's pushback says how long to wait: the
+# 5 attempts span ~4 s on average (7.5 s at most), which rides out a balancer that has no
+# server up for a few seconds (a drain and a crash at once on a busy host)
 RETRY_POLICY: dict[str, Any] = {
     "maxAttempts": 5,
-    "initialBackoff": "0.2s",
+    "initialBackoff": "0.5s",
     "maxBackoff": "5s",
     "backoffMultiplier": 2,
     "retryableStatusCodes": ["UNAVAILABLE", "RESOURCE_EXHAUSTED"],
