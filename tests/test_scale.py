@@ -113,7 +113,9 @@ def check_outcomes(outcomes: list[Outcome], expected: str, kill_at: float) -> li
             assert o.text == expected, o
     for o in failed:
         assert o.kind == "stream", f"a unary call failed (it should have been retried): {o}"
-        assert o.events >= 1, f"a stream failed before its first event (not retried): {o}"
+        # a stream may fail before its first event only as any failure may: in flight at the
+        # kill (seen in CI: HAProxy's 503 for a stream sent to the replica being killed, not
+        # retried by the channel, while its 503s with no server up are)
         assert o.start < kill_at < o.end, f"a call failed that was not in flight at the kill: {o}"
         assert o.status in ("UNAVAILABLE", "INTERNAL", "UNKNOWN"), o
     return failed
