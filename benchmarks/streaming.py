@@ -37,10 +37,9 @@ from xattn.clients.streaming import (
     CHUNK_SECONDS,
     LiveDone,
     LiveResult,
-    Pacer,
     live_config,
     read_pcm16,
-    stream_chunks,
+    stream_pcm,
 )
 from xattn.model.pipeline import load_pipeline
 from xattn.service.background import BackgroundServer
@@ -92,8 +91,8 @@ def one_stream(
     done = None
     with connect(address) as client:
         config = live_config(interim=True, commit_margin=margin, alignment=alignment)
-        pacer = Pacer(pcm, speed, chunk_seconds)
-        for event in stream_chunks(client, pacer, config, stop=pacer.stop):
+        events = stream_pcm(client, pcm, speed, config, chunk_seconds=chunk_seconds)
+        for event in events:
             if isinstance(event, LiveDone):
                 done = event
             elif event.is_final:

@@ -188,14 +188,16 @@ def stream_pcm(
     speed: float = 1.0,
     config: pb.StreamingRecognitionConfig | None = None,
     token: str | None = None,
+    chunk_seconds: float = CHUNK_SECONDS,
 ) -> Iterator[LiveEvent]:
-    """Send `pcm` (16 kHz mono int16) at `speed` x real time; yield results, then LiveDone.
+    """Send `pcm` (16 kHz mono int16) at `speed` x real time, `chunk_seconds` a request;
+    yield results, then LiveDone.
 
     `token`: sent as `authorization: Bearer <token>` (the api's channel adds it to unary
     and server-streaming calls only)."""
     if speed <= 0:
         raise ValueError(f"speed must be > 0, not {speed}")
-    pacer = Pacer(pcm, speed)
+    pacer = Pacer(pcm, speed, chunk_seconds)
     yield from stream_chunks(client, pacer, config, token, pacer.stop)
 
 
