@@ -36,16 +36,17 @@ class CrossKV:
         return CrossKV([k[i : i + 1] for k in self.k], [v[i : i + 1] for v in self.v])
 
 
-def joined_rows(
-    k: list[torch.Tensor], v: list[torch.Tensor], slices: list[slice]
-) -> list[tuple[torch.Tensor, torch.Tensor, slice]]:
+Run = tuple[torch.Tensor, torch.Tensor, slice]  # keys, values, the batch rows they serve
+
+
+def joined_rows(k: list[torch.Tensor], v: list[torch.Tensor], slices: list[slice]) -> list[Run]:
     """The cross K/V of a CacheBatch's caches for one layer (k[i], v[i]: [1 or B, H, d, F] for
     batch rows slices[i]), with runs of one-row caches whose K/V are consecutive rows of one
     tensor (`CrossKV.window` of windows encoded together) joined into one view of the run:
     one attention over the run instead of one per window, nothing copied."""
-    runs: list[tuple[torch.Tensor, torch.Tensor, slice]] = []
+    runs: list[Run] = []
     for kt, vt, r in zip(k, v, slices, strict=True):
-        if runs and r.stop - r.start == 1 and _follows(runs[-1], kt, vt, r):
+        if runs and r.stop - r.start == 1 and _follows(runs[-1], (kt, vt, r)):
             pk, pv, pr = runs[-1]
             n = pk.shape[0] + 1
             runs[-1] = (_rows(pk, n), _rows(pv, n), slice(pr.start, r.stop))
@@ -54,9 +55,9 @@ def joined_rows(
     return runs
 
 
-def _follows(run: tuple[torch.Tensor, torch.Tensor, slice], *kvr) -> bool:
-    """Whether (k, v, r) continue `run`: the next row of the batch and of the same tensors."""
-    (pk, pv, pr), (k, v, r) = run, kvr
+def _follows(run: Run, nxt: Run) -> bool:
+    """Whether `nxt` continues `run`: the next row of the batch and of the same tensors."""
+    (pk, pv, pr), (k, v, r) = run, nxt
     if pr.stop != r.start or pr.stop - pr.start != pk.shape[0] or k.shape[0] != 1:
         return False  # not adjacent, or a run of shared K/V (a beam search's rows)
     return all(
