@@ -12,11 +12,14 @@ as a table:
    ceiling;
 3. decoder: ms/token driven directly with a fixed (teacher-forced) token sequence of 20 and of
    200 tokens, with the KV cache and without it (full prefix recomputed every step), with and
-   without the cross-attention scores returned;
-4. end to end (file bytes in, text out): ours (plain, per-token attention rows, word
-   timestamps; bf16-encoder with rows), openai-whisper (plain, word timestamps) and
+   without the cross-attention scores returned; then real steps: a window's greedy decode
+   (fp32 and int8-logits) and its beam-5 search, everything a step does (rules, choice,
+   attention rows), per decoder forward, against the memory floor and the greedy step;
+4. end to end (file bytes in, text and rows out): ours (plain, per-token attention rows, word
+   timestamps; the fast compute with rows), openai-whisper (plain, word timestamps) and
    faster-whisper float32 and int8 (plain, word timestamps), as seconds, as a ratio to ours,
-   and the word-timestamp cost.
+   and the word-timestamp cost; each implementation in a process of its own
+   (benchmarks.workers: co-resident, CTranslate2 made our runs page-fault).
 
 Every timing is the median of `--repeats` runs after a warm-up, and the cases of a section are
 run round-robin (case A, B, C, A, B, C, ...) so that noise from a shared machine falls on all
@@ -38,12 +41,15 @@ import torch.nn.functional as F
 
 from benchmarks import results
 from benchmarks.results import matmul_gflops, memory_gbps
+from benchmarks.workers import Workers
 from xattn.model.audio import N_FRAMES, decode_audio, log_mel_spectrogram, pad_or_trim
+from xattn.model.beams import window_decoder
 from xattn.model.checkpoints import _package_dir, load_checkpoint, to_openai_state_dict
 from xattn.model.decoding import DecodeOptions
 from xattn.model.dims import ModelDims
 from xattn.model.pipeline import Pipeline, load_pipeline
 from xattn.model.results import TokenEvent, Transcript
+from xattn.model.transcribe import rules_for
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CLIP = ROOT.parent / "shared/audio/jfk.flac"
@@ -211,6 +217,42 @@ def decode_steps(
     return run, len(ends)
 
 
+def window_steps(
+    pipe: Pipeline, features: torch.Tensor, beam_size: int
+) -> tuple[Callable[[], None], int]:
+    """One real window decode over `features` as a transcription runs it (rules, choice,
+    attention rows; greedy or beam search, temperature 0, no fallback), and the decoder
+    forwards it takes: the prompt's and one per step (a beam step is one forward of its rows)."""
+    ctx, tok = pipe.context, pipe.tokenizer
+    options = DecodeOptions(temperatures=(0.0,), return_attention=True, beam_size=beam_size)
+    initial = tuple(tok.sot_sequence("en" if pipe.dims.is_multilingual else None))
+    rules = rules_for(ctx, options)(sample_begin=len(initial))
+    decoder = ctx.model.decoder
+    forwards = 0
+
+    def counted(*args: object, **kwargs: object) -> object:
+        nonlocal forwards
+        forwards += 1
+        return type(decoder).forward(decoder, *args, **kwargs)
+
+    def run() -> None:
+        with torch.inference_mode():
+            cache = ctx.model.new_cache(features)
+            steps = window_decoder(options, 0.0)(
+                *(ctx.model, features, cache, tok, initial, initial.index(tok.sot), rules),
+                *(0.0, options),
+            )
+            for _ in steps:
+                pass
+
+    decoder.forward = counted  # the instance's: nn.Module.__call__ finds it first
+    try:
+        run()
+    finally:
+        del decoder.forward
+    return run, forwards
+
+
 # --- 4. end to end ----------------------------------------------------------------------------
 
 
@@ -238,14 +280,12 @@ def ct2_dir(name: str) -> Path | None:
     return path if (path / "model.bin").is_file() else None
 
 
-def end_to_end_cases(
-    pipe: Pipeline, fast: Pipeline, data: bytes, name: str
-) -> dict[str, Callable[[], str]]:
-    """File bytes in, text out. Every case decodes the bytes with our `decode_audio` (the same
-    front end for all), then runs its own mel, encoder, greedy decode (temperature 0, no
-    fallback, beam 1) and, where asked, word alignment."""
-    import whisper
-    from faster_whisper import WhisperModel
+def our_cases(name: str, compute: str, data: bytes) -> dict[str, Callable[[], str]]:
+    """File bytes in, text out (end to end): every case decodes the bytes with our
+    `decode_audio` (the same front end for all), then runs its own mel, encoder, greedy decode
+    (temperature 0, no fallback, beam 1) and, where asked, word alignment. Ours: fp32, and
+    `compute` beside it."""
+    pipe, fast = load_pipeline(name), load_pipeline(name, compute=compute)
 
     def ours(p: Pipeline = pipe, **kw) -> Callable[[], str]:
         opts = DecodeOptions(temperatures=(0.0,), **kw)
@@ -255,6 +295,19 @@ def end_to_end_cases(
             return next(e for e in events if isinstance(e, Transcript)).text
 
         return run
+
+    return {
+        "ours": ours(),
+        "ours +attention rows": ours(return_attention=True),
+        "ours +word_timestamps": ours(word_timestamps=True),
+        f"ours {fast.compute} +attention rows": ours(fast, return_attention=True),
+        f"ours {fast.compute} +words": ours(fast, return_attention=True, word_timestamps=True),
+    }
+
+
+def openai_cases(name: str, data: bytes) -> dict[str, Callable[[], str]]:
+    """openai-whisper on our checkpoint's weights, end to end as `our_cases`."""
+    import whisper
 
     ref = openai_model(name)
 
@@ -268,38 +321,46 @@ def end_to_end_cases(
 
         return run
 
-    cases = {
-        "ours": ours(),
-        "ours +attention rows": ours(return_attention=True),
-        "ours +word_timestamps": ours(word_timestamps=True),
-        f"ours {fast.compute} +attention rows": ours(fast, return_attention=True),
-        f"ours {fast.compute} +words": ours(fast, return_attention=True, word_timestamps=True),
-        "openai-whisper": openai(False),
-        "openai-whisper +word_timestamps": openai(True),
-    }
+    return {"openai-whisper": openai(False), "openai-whisper +word_timestamps": openai(True)}
+
+
+def faster_cases(name: str, data: bytes) -> dict[str, Callable[[], str]]:
+    """faster-whisper float32 and int8 on the same CTranslate2 weights, end to end as
+    `our_cases` (none where the model has no CTranslate2 directory, e.g. `base`, whose
+    model.bin is split over two packages)."""
+    from faster_whisper import WhisperModel
+
     path = ct2_dir(name)
-    if path is None:  # e.g. `base`, whose model.bin is split over two packages
-        return cases
+    if path is None:
+        return {}
     threads = torch.get_num_threads()
-    fw = {
-        ct: WhisperModel(str(path), device="cpu", compute_type=ct, cpu_threads=threads)
-        for ct in ("float32", "int8")
-    }
-
-    def faster(ct: str, words: bool) -> Callable[[], str]:
-        def run() -> str:
-            audio = decode_audio(data)
-            segments, _ = fw[ct].transcribe(
-                audio, beam_size=1, language="en", temperature=0.0, word_timestamps=words
-            )
-            return "".join(s.text for s in segments)  # lazy: consuming it does the work
-
-        return run
-
+    cases = {}
     for ct, label in (("float32", "fp32"), ("int8", "int8")):
-        cases[f"faster-whisper {label}"] = faster(ct, False)
-        cases[f"faster-whisper {label} +word_timestamps"] = faster(ct, True)
+        model = WhisperModel(str(path), device="cpu", compute_type=ct, cpu_threads=threads)
+        for words in (False, True):
+
+            def run(model: WhisperModel = model, words: bool = words) -> str:
+                audio = decode_audio(data)
+                segments, _ = model.transcribe(
+                    audio, beam_size=1, language="en", temperature=0.0, word_timestamps=words
+                )
+                return "".join(s.text for s in segments)  # lazy: consuming it does the work
+
+            cases[f"faster-whisper {label}" + (" +word_timestamps" if words else "")] = run
     return cases
+
+
+def end_to_end(name: str, compute: str, data: bytes, threads: int, repeats: int):
+    """Every end-to-end case, each implementation in a process of its own
+    (benchmarks.workers): their texts, and their seconds."""
+    builders = {
+        "ours": ("benchmarks.decode:our_cases", (name, compute, data)),
+        "openai-whisper": ("benchmarks.decode:openai_cases", (name, data)),
+        "faster-whisper": ("benchmarks.decode:faster_cases", (name, data)),
+    }
+    with Workers(builders, threads) as workers:
+        texts = workers.warm_up()
+        return texts, workers.round_robin(repeats)
 
 
 # --- profile ----------------------------------------------------------------------------------
@@ -481,10 +542,40 @@ def main(argv: list[str] | None = None) -> None:
         "at the measured bandwidth (rescored rows not counted)"
     )
 
+    # 3b. real steps
+    print("\n3b. real decoder steps (a window's decode over its features: rules, choice, rows)")
+    exact8 = fast if fast.model.decoder.int8_logits is not None else None
+    real = {("fp32", 1): window_steps(pipe, features, 1)}
+    if exact8 is not None:
+        real["int8-logits", 1] = window_steps(exact8, features, 1)
+    real["fp32", 5] = window_steps(pipe, features, 5)
+    times = round_robin({k: run for k, (run, _) in real.items()}, repeats)
+    per_step = {k: median(ts) / real[k][1] for k, ts in times.items()}
+    floors = {"fp32": nbytes / gbps / 1e9, "int8-logits": int8_bytes / gbps / 1e9}
+    rows = figures["real decoder steps (rows on)"] = []
+    for (logits, beams), sec in per_step.items():
+        vs = f"{sec / floors[logits]:.2f}x the memory floor"
+        if beams > 1:
+            vs += f", {sec / per_step[logits, 1]:.2f}x a greedy step"
+        print(
+            f"   {logits:<12} beam {beams}: {sec * 1e3:6.2f} ms/step "
+            f"({real[logits, beams][1]} forwards)  {vs}"
+        )
+        rows.append(
+            {
+                "logits": logits,
+                "beam": beams,
+                "forwards": real[logits, beams][1],
+                "ms/step": round(sec * 1e3, 2),
+                "vs the memory floor": round(sec / floors[logits], 2),
+                "vs a greedy step": round(sec / per_step[logits, 1], 2),
+            }
+        )
+    figures["step kernels"] = str(pipe.model.decoder.blocks[0].mlp[0].kernels)
+    print(f"   layer-map kernels chosen on this CPU: {figures['step kernels']}")
+
     # 4. end to end
-    cases = end_to_end_cases(pipe, fast, data, args.model)
-    texts = {name: fn() for name, fn in cases.items()}
-    times = round_robin(cases, repeats, warmup=0)  # the call above was the warm-up
+    texts, times = end_to_end(args.model, fast.compute, data, args.threads, repeats)
     secs = {name: median(ts) for name, ts in times.items()}
     base = secs["ours"]
     print("\n4. end to end: file bytes -> text (decode_audio, mel, encoder, greedy decode)")

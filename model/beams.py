@@ -165,6 +165,7 @@ class WindowRows:
         self, model: Whisper, cache: KVCache, batcher: StepBatcher | None, need: bool
     ) -> None:
         self.model, self.batcher, self.need = model, batcher, need
+        model.decoder.pack()  # several rows a step: oneDNN's kernels pay (once a process)
         self.cache = cache.fork()  # its own self-attention rows; the window's cross K/V
 
     def prompt(self, tokens: tuple[int, ...], sot_index: int, no_speech: int, finish: Callable):

@@ -9,13 +9,24 @@
   fp32 product for a few rows runs at a third of the matmul ceiling or less here.
 
 Each returns None where it does not apply, and the caller takes the plain product.
+
+Which of them pays depends on the CPU, not on the model: on the AMD EPYC hosts of our runs MKL
+reads a single row's weight on one thread and the split products win by ~1.4x; on the Intel
+Xeon (AMX) ones MKL's own product for 1 to 8 rows is the fastest by up to 2x. So the layer maps
+take what `choose_kernels` measures on the machine at hand (`StepKernels`, once per model).
 """
 
 from __future__ import annotations
 
-from functools import cache
+import logging
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cache, partial
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 
@@ -105,14 +116,103 @@ def split_columns(x: Tensor, wt: Tensor) -> Tensor | None:
     return y.view(*x.shape[:-1], n)  # [..., N]
 
 
+log = logging.getLogger(__name__)
+
+KERNELS = ("split", "onednn", "plain")  # split_linear, onednn_linear, F.linear
+
+
+@dataclass(frozen=True)
+class StepKernels:
+    """The product a decoder layer map takes for the rows of a step: `one` row, a `few` (2 to
+    SPLIT_ROWS: a greedy batch, a small beam) or `many`; each one of KERNELS. A kernel that
+    does not apply (onednn without a packed copy, anything but fp32 on a CPU) falls through to
+    the plain product. The default is what the AMD hosts of our earlier runs measured best."""
+
+    one: str = "split"
+    few: str = "split"
+    many: str = "onednn"
+
+    def __post_init__(self) -> None:
+        if {self.one, self.few, self.many} - set(KERNELS):
+            raise ValueError(f"kernels are among {KERNELS}: {self}")
+
+    def for_rows(self, rows: int) -> str:
+        return self.one if rows == 1 else self.few if rows <= SPLIT_ROWS else self.many
+
+
+BANDS = {"one": 1, "few": 3, "many": 8}  # the rows each band is measured with
+
+
+def choose_kernels(maps: Sequence[Linear], repeats: int = 5) -> StepKernels:
+    """The fastest kernel of each band for these maps (a decoder's, in the order a step runs
+    them), timed here: passes over all the maps with random rows, the candidates interleaved,
+    median of `repeats` (~0.1 s for tiny.en on 2 cores). The sums of every kernel are the plain
+    product's up to rounding, so the choice moves no result beyond that."""
+    with torch.inference_mode():
+        return _choose(maps, repeats)
+
+
+def _choose(maps: Sequence[Linear], repeats: int) -> StepKernels:
+    g = torch.Generator().manual_seed(0)
+    packed = [blocked(m.weight) for m in maps]
+    chosen = {}
+    for band, rows in BANDS.items():
+        xs = [torch.randn(rows, 1, m.in_features, generator=g) for m in maps]
+        kernels = {
+            "plain": [
+                partial(F.linear, x, m.weight, m.bias) for x, m in zip(xs, maps, strict=True)
+            ],
+            "split": [
+                partial(split_linear, x, m.weight, m.bias) for x, m in zip(xs, maps, strict=True)
+            ],
+            "onednn": [
+                partial(onednn_linear, x, b, m.bias)
+                for x, m, b in zip(xs, maps, packed, strict=True)
+            ],
+        }
+        passes = {
+            name: partial(_each, calls)
+            for name, calls in kernels.items()
+            if all(call() is not None for call in calls)  # applies to every map
+        }
+        times = _interleaved(passes, repeats)
+        chosen[band] = min(times, key=times.get)
+        log.debug(
+            "step kernels, %d rows: %s", rows, {k: f"{v * 1e3:.2f} ms" for k, v in times.items()}
+        )
+    return StepKernels(**chosen)
+
+
+def _each(calls: list[Callable[[], object]]) -> None:
+    for call in calls:
+        call()
+
+
+def _interleaved(passes: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Median seconds of each pass, after one warm-up round, the passes run in turn."""
+    seconds: dict[str, list[float]] = {name: [] for name in passes}
+    for round_ in range(repeats + 1):
+        for name, run in passes.items():
+            t0 = time.perf_counter()
+            run()
+            if round_:
+                seconds[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(ts) for name, ts in seconds.items()}
+
+
 class Linear(nn.Linear):
-    """nn.Linear that takes `split_linear` for up to 4 rows and, once packed
-    (`TextDecoder.pack`), `onednn_linear` for more."""
+    """nn.Linear that takes, for the rows of each call, the product of its `kernels`
+    (`split_linear`; `onednn_linear` over the packed copy `blocked` of TextDecoder.pack; or the
+    plain one)."""
 
     blocked: Tensor | None = None
+    kernels = StepKernels()
 
     def forward(self, x: Tensor) -> Tensor:
-        y = split_linear(x, self.weight, self.bias)
-        if y is None:
+        kernel = self.kernels.for_rows(x.numel() // self.in_features)
+        y = None
+        if kernel == "split":
+            y = split_linear(x, self.weight, self.bias)
+        elif kernel == "onednn":
             y = onednn_linear(x, self.blocked, self.bias)
         return super().forward(x) if y is None else y

@@ -179,6 +179,8 @@ def build_pipeline(ckpt: Checkpoint, device: str = "cpu", compute: str = "fp32")
     model.load_state_dict(ckpt.state_dict)
     model.eval().to(device)
     model.set_compute(compute)
+    if model.device.type == "cpu":
+        log.info("decoder step kernels on this CPU: %s", model.decoder.choose_kernels())
     if "bf16" in compute and torch.device(device).type == "cpu" and not _cpu_has_bf16():
         log.warning("this CPU has no native bf16: %s will be slower than fp32", compute)
     tokenizer = Tokenizer(

@@ -10,10 +10,13 @@ import torch
 import torch.nn.functional as F
 
 from xattn.model.linear import (
+    KERNELS,
     SPLIT,
     SPLIT_ROWS,
     Linear,
+    StepKernels,
     blocked,
+    choose_kernels,
     onednn_linear,
     split_columns,
     split_linear,
@@ -71,8 +74,9 @@ def test_split_columns_is_the_plain_product(n: int) -> None:
 
 
 def test_every_step_map_of_the_model_splits() -> None:
-    """A cached step of one row takes the split products for all its weights: the layers'
-    maps are row-major with widths that split, and the projection's rows are contiguous."""
+    """A cached step of one row can take the split products for all its weights (where this
+    CPU chose them): the layers' maps are row-major with widths that split, and the
+    projection's rows are contiguous."""
     dec = decoder()
     maps = [m for m in dec.modules() if isinstance(m, Linear)]
     assert len(maps) == 6 * len(dec.blocks)
@@ -130,3 +134,36 @@ def test_the_projection_of_several_rows_takes_onednn() -> None:
         if onednn_linear(x, w, None) is None:
             pytest.skip("this torch has no oneDNN linear kernel")
         assert torch.allclose(dec.project(h), x @ w.T, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_every_kernel_of_a_map_is_the_plain_product(kernel: str) -> None:
+    """Whatever the machine chose (StepKernels), a layer map's rows are the plain product's:
+    one row, a few and many, packed or not (a kernel that does not apply falls through)."""
+    g = generator()
+    m = Linear(384, 1536)
+    kernels = StepKernels(one=kernel, few=kernel, many=kernel)
+    with torch.inference_mode():
+        for packed in (False, True):
+            m.blocked = blocked(m.weight) if packed else None
+            m.kernels = kernels
+            for rows in (1, 3, 8, 20):
+                x = torch.randn(rows, 1, 384, generator=g)
+                plain = F.linear(x, m.weight, m.bias)
+                assert torch.allclose(m(x), plain, rtol=1e-5, atol=1e-4), (kernel, rows)
+
+
+def test_the_decoder_takes_the_kernels_measured_on_this_cpu() -> None:
+    """choose_kernels times each band's candidates here and names one that applies to it;
+    every layer map of the loaded decoder carries the choice."""
+    dec = decoder()
+    maps = [m for m in dec.modules() if isinstance(m, Linear)]
+    chosen = choose_kernels(maps, repeats=1)
+    assert chosen.one in ("split", "plain")  # oneDNN's kernel takes 2 rows or more
+    assert chosen.few in KERNELS and chosen.many in ("onednn", "plain")  # split: up to 4 rows
+    assert len({m.kernels for m in maps}) == 1  # load_pipeline chose for all of them
+    with pytest.raises(ValueError, match="kernels are among"):
+        StepKernels(one="fast")
+    assert StepKernels("split", "plain", "onednn").for_rows(1) == "split"
+    assert StepKernels("split", "plain", "onednn").for_rows(SPLIT_ROWS) == "plain"
+    assert StepKernels("split", "plain", "onednn").for_rows(SPLIT_ROWS + 1) == "onednn"
