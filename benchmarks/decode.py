@@ -438,10 +438,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"machine: {before}")
     figures: dict[str, object] = {"machine before": before}
 
-    # 1. matmul ceiling
-    # bf16 only where the CPU has it natively (or the fast path uses it): emulated, one 2048
-    # square product took over 2 minutes on an AVX2-only host (torch 2.14)
-    mm = matmul_gflops(repeats, bf16=results.native_bf16() or "bf16" in fast.compute)
+    # 1. matmul ceiling, fp32 (bf16 after the fp32 sections: see 2b)
+    mm = matmul_gflops(repeats, bf16=False)
     ceiling = max(v for k, v in mm.items() if k.startswith("fp32"))
     gbps = memory_gbps(repeats)
     print("\n1. matmul (best of N)                         GFLOP/s")
@@ -464,29 +462,6 @@ def main(argv: list[str] | None = None) -> None:
         f"   GFLOP/s               {total / enc / 1e9:8.1f}   "
         f"= {total / enc / 1e9 / ceiling:.0%} of the fp32 matmul ceiling ({ceiling:.0f})"
     )
-    enc_fast = encoder_seconds(fast, mel, repeats)
-    bf16 = max((v for k, v in mm.items() if k.startswith("bf16")), default=float("nan"))
-    top = ("bf16", bf16) if "bf16" in fast.compute else ("fp32", ceiling)
-    figures["encoder, one 30 s window"] = [
-        {
-            "compute": name,
-            "GFLOP": round(total / 1e9, 2),
-            "ms": round(t * 1e3, 1),
-            "GFLOP/s": round(total / t / 1e9, 1),
-            "of the matmul ceiling": f"{total / t / 1e9 / limit:.0%} of {dtype}",
-        }
-        for name, t, (dtype, limit) in (
-            ("fp32", enc, ("fp32", ceiling)),
-            (fast.compute, enc_fast, top),
-        )
-    ]
-    if "bf16" in fast.compute:
-        print(
-            f"   {fast.compute}: {enc_fast * 1e3:.1f} ms = {total / enc_fast / 1e9:.1f} GFLOP/s"
-            f" = {total / enc_fast / 1e9 / bf16:.0%} of the bf16 ceiling ({bf16:.0f}); "
-            f"{enc / enc_fast:.2f}x the fp32 encoder's speed"
-        )
-
     # 3. decoder
     with torch.inference_mode():
         features = pipe.model.encoder(mel[None])  # [1, 1500, d]
@@ -573,6 +548,42 @@ def main(argv: list[str] | None = None) -> None:
         )
     figures["step kernels"] = str(pipe.model.decoder.blocks[0].mlp[0].kernels)
     print(f"   layer-map kernels chosen on this CPU: {figures['step kernels']}")
+
+    # 2b. bf16 ceilings and the fast compute's encoder, after every fp32 section: once a thread
+    # has run AMX instructions (bf16 matmuls), the fp32 encoder ran ~10 % slower in that
+    # process for good (126.6 -> 139-141 ms, tiny.en, Intel Xeon AMX host). bf16 only where the
+    # CPU has it natively (or the fast path uses it): emulated, one 2048 square product took
+    # over 2 minutes on an AVX2-only host (torch 2.14)
+    if results.native_bf16() or "bf16" in fast.compute:
+        bf16_mm = matmul_gflops(repeats, bf16=True)
+        mm.update({k: v for k, v in bf16_mm.items() if k.startswith("bf16")})
+        figures["matmul GFLOP/s (best of N)"] = {k: round(v, 1) for k, v in mm.items()}
+        print("\n2b. bf16 matmul (best of N), measured after the fp32 sections")
+        for k, v in mm.items():
+            if k.startswith("bf16"):
+                print(f"   {k:<42} {v:8.1f}")
+    enc_fast = encoder_seconds(fast, mel, repeats)
+    bf16 = max((v for k, v in mm.items() if k.startswith("bf16")), default=float("nan"))
+    top = ("bf16", bf16) if "bf16" in fast.compute else ("fp32", ceiling)
+    figures["encoder, one 30 s window"] = [
+        {
+            "compute": name,
+            "GFLOP": round(total / 1e9, 2),
+            "ms": round(t * 1e3, 1),
+            "GFLOP/s": round(total / t / 1e9, 1),
+            "of the matmul ceiling": f"{total / t / 1e9 / limit:.0%} of {dtype}",
+        }
+        for name, t, (dtype, limit) in (
+            ("fp32", enc, ("fp32", ceiling)),
+            (fast.compute, enc_fast, top),
+        )
+    ]
+    if "bf16" in fast.compute:
+        print(
+            f"   {fast.compute}: {enc_fast * 1e3:.1f} ms = {total / enc_fast / 1e9:.1f} GFLOP/s"
+            f" = {total / enc_fast / 1e9 / bf16:.0%} of the bf16 ceiling ({bf16:.0f}); "
+            f"{enc / enc_fast:.2f}x the fp32 encoder's speed"
+        )
 
     # 4. end to end
     texts, times = end_to_end(args.model, fast.compute, data, args.threads, repeats)

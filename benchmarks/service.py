@@ -4,7 +4,10 @@
 
 1. Overhead: the median wall time of `pipeline.transcribe` (file bytes decoded, every
    token's attention computed) against a StreamTranscribe of the same bytes through a real
-   server and channel with float16 rows of the mean alignment head (target ratio < 1.1).
+   server and channel with float16 rows of the mean alignment head (target ratio < 1.1);
+   the in-process side runs in a process of its own (benchmarks.workers), and the server
+   loads its model itself (one OpenMP team per thread that calls torch: see
+   xattn.service.engine.in_passing_thread).
 2. Load: C client threads, in a process of their own (benchmarks.grpc_load), each send
    StreamTranscribe requests back to back; throughput (requests/s, audio seconds per second,
    and its share of the encoder-bound limit: one request per encoder pass, the encoder's
@@ -20,14 +23,17 @@ import json
 import statistics
 import subprocess
 import sys
-import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import grpc
+import torch
 
 from benchmarks import results
-from benchmarks.decode import encoder_seconds
 from benchmarks.grpc_load import streamed
+from benchmarks.workers import Workers
 from xattn.model.audio import N_FRAMES, decode_audio, log_mel_spectrogram, pad_or_trim
 from xattn.model.decoding import DecodeOptions
 from xattn.model.pipeline import Pipeline, load_pipeline
@@ -40,8 +46,23 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CLIP = ROOT.parent / "shared" / "audio" / "jfk.flac"
 
 
-def in_process(pipe: Pipeline, data: bytes) -> float:
-    t0 = time.perf_counter()
+def in_process_cases(model: str, compute: str, data: bytes) -> dict[str, Callable[[], str]]:
+    """The in-process side, in a process of its own (benchmarks.workers): a transcription as
+    the server runs it, and one encoder pass. Beside the server in one process, the two
+    threads' OpenMP teams made both sides ~30 % slower (xattn.service.engine)."""
+    pipe = load_pipeline(model, compute=compute)
+    pipe.warm_up()
+    mel = pad_or_trim(log_mel_spectrogram(decode_audio(data), pipe.dims.n_mels), N_FRAMES)
+
+    def encoder() -> str:
+        with torch.inference_mode():
+            pipe.model.encoder(mel[None].to(pipe.model.device))
+        return ""
+
+    return {"in-process": partial(in_process, pipe, data), "encoder": encoder}
+
+
+def in_process(pipe: Pipeline, data: bytes) -> str:
     audio = decode_audio(data)
     # the search the server runs for a request that leaves it unset (beam 5, best-of 5)
     options = DecodeOptions(
@@ -49,7 +70,7 @@ def in_process(pipe: Pipeline, data: bytes) -> float:
     )
     for _ in pipe.transcribe(audio, options):
         pass
-    return time.perf_counter() - t0
+    return ""
 
 
 def rss_mb() -> tuple[float, float]:
@@ -79,20 +100,29 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     data = args.clip.read_bytes()
-    seconds = len(decode_audio(data)) / 16000
-    pipe = load_pipeline(args.model, compute=args.compute)
-    pipe.warm_up()
-    mel = pad_or_trim(log_mel_spectrogram(decode_audio(data), pipe.dims.n_mels), N_FRAMES)
-    encoder = encoder_seconds(pipe, mel, repeats=5)
+    with ThreadPoolExecutor(1) as passing:  # its torch (resampling) off this thread: it ends
+        seconds = len(passing.submit(decode_audio, data).result()) / 16000
     config = ServerConfig(
-        port=0, workers=args.workers, max_queue=max(args.levels) * 2, compute=pipe.compute
+        port=0,
+        model=args.model,
+        workers=args.workers,
+        max_queue=max(args.levels) * 2,
+        compute=args.compute,
     )
-    with BackgroundServer(config, pipe) as server, grpc.insecure_channel(server.address) as ch:
+    builders = {"ours": ("benchmarks.service:in_process_cases", (args.model, args.compute, data))}
+    with (
+        Workers(builders, torch.get_num_threads()) as local_side,
+        BackgroundServer(config) as server,  # loads the model on a thread that then ends
+        grpc.insecure_channel(server.address) as ch,
+    ):
+        pipe = server.engine.pipeline
         stub = transcriber_pb2_grpc.TranscriberStub(ch)
         streamed(stub, data)  # the channel's first call
+        local_side.warm_up()
+        encoder = statistics.median(local_side.run("encoder")[0] for _ in range(5))
         local, remote = [], []
         for _ in range(args.repeats):  # interleaved, so drift hits both sides alike
-            local.append(in_process(pipe, data))
+            local.append(local_side.run("in-process")[0])
             remote.append(streamed(stub, data)[0])
         rows = []
         for level in args.levels:  # the clients in their own process, the RSS the server's

@@ -1,12 +1,13 @@
 """The model's room on the server: one Pipeline, a few worker threads, a bounded queue.
 
-A request is admitted (or refused with `Overloaded`), its audio decoded on a small audio
-pool, then its transcription generator runs on a decode worker thread. Each event is shaped
-there (the caller's function, e.g. into a proto message) and handed to the event loop
-through an asyncio queue, with a little backpressure. Cancelling the consumer (client
-cancel, deadline, shutdown) closes the generator within one token. With several workers the
-pipeline carries a StepBatcher (xattn.model.batching): the workers' model work takes turns, and
-their cached decoder steps run as one batched forward.
+A request is admitted (or refused with `Overloaded`), its audio decoded on a thread of its own
+that ends with it (`in_passing_thread`: the OpenMP team of a thread that resampled, kept alive,
+slowed every decoder step ~30 %), then its transcription generator runs on a decode worker
+thread. Each event is shaped there (the caller's function, e.g. into a proto message) and
+handed to the event loop through an asyncio queue, with a little backpressure. Cancelling the
+consumer (client cancel, deadline, shutdown) closes the generator within one token. With
+several workers the pipeline carries a StepBatcher (xattn.model.batching): the workers' model
+work takes turns, and their cached decoder steps run as one batched forward.
 
 A live stream (xattn.service.live) takes one admission slot for its whole duration (`admit_live`);
 its decode steps run on a pool of their own, `live_workers` threads, so a long file on a decode
@@ -136,7 +137,7 @@ class Run(Generic[T]):
         engine, submitted = self._engine, False
         try:
             t0 = time.perf_counter()
-            self.audio = await self._loop.run_in_executor(engine.audio_pool, self._load_audio)
+            self.audio = await in_passing_thread(self._load_audio)  # its torch (resampling) too
             self.queued_at = time.perf_counter()
             self.times.audio = self.queued_at - t0
             # the queued item holds no samples
@@ -195,6 +196,21 @@ def _is_cancel(e: BaseException) -> bool:
     return isinstance(e, asyncio.CancelledError | GeneratorExit)
 
 
+async def in_passing_thread(fn: Callable[..., T], *args: object) -> T:
+    """fn(*args) on a thread that ends with it. Torch's OpenMP team belongs to the thread that
+    calls it and lives as long as that thread: with a second team alive (here, the one that
+    loaded the model) libgomp counts more threads than cores and stops spinning between
+    ops, and every later decoder step paid for waking its threads (jfk as 16 kHz WAV through
+    the server, greedy: 0.48 s with the loading thread kept, 0.34 without; beam 5: 0.62 and
+    0.45). Once this thread ends, its team is gone. Used for loading a model and decoding a
+    request's audio (whose resampling runs torch)."""
+    pool = ThreadPoolExecutor(1, thread_name_prefix="xattn-load")
+    try:
+        return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+    finally:
+        pool.shutdown(wait=True)
+
+
 class Engine:
     """Owns the Pipelines, one per model name (the first is the default); admits, queues, runs
     and counts transcriptions. Admission, the decode workers and batching are per model."""
@@ -211,7 +227,6 @@ class Engine:
         self._pools: dict[str, ThreadPoolExecutor] = {}  # the first model's is decode_pool
         if pipeline is not None:
             self._add(self._batched(pipeline))
-        self.audio_pool = ThreadPoolExecutor(workers, thread_name_prefix="xattn-audio")
         live_workers = max(1, limits.live_workers)
         self.live_pool = ThreadPoolExecutor(live_workers, thread_name_prefix="xattn-live")
 
@@ -247,14 +262,14 @@ class Engine:
     async def load(self, loader: Callable[[], Pipeline], warm_up: bool = True) -> Pipeline:
         """Load a model off the event loop, run one tiny decode, and start serving it (the
         first one loaded is the default)."""
-        pipe = await asyncio.to_thread(loader)
+        pipe = await in_passing_thread(loader)
         if pipe.name in self._pipelines:
             raise ValueError(f"two models are named {pipe.name!r}: rename one's directory")
         log.info("model %s: %s", pipe.name, weights_summary(pipe))
         if warm_up:
-            seconds = await asyncio.to_thread(pipe.warm_up)
+            seconds = await in_passing_thread(pipe.warm_up)
             log.info("warmed up %s in %.2f s", pipe.name, seconds)
-        pipe = await asyncio.to_thread(self._batched, pipe)  # packs the weights
+        pipe = await in_passing_thread(self._batched, pipe)  # packs the weights
         self._add(pipe)
         return pipe
 
@@ -391,7 +406,7 @@ class Engine:
         batchers = [p.context.batcher for p in self._pipelines.values()]
         pools = [self.decode_pool, *(p for p in self._pools.values() if p is not self.decode_pool)]
         self._pipelines = {}
-        for pool in (*pools, self.audio_pool, self.live_pool):
+        for pool in (*pools, self.live_pool):
             await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
         for batcher in batchers:  # after the workers: none of them waits on it any more
             if batcher is not None:
