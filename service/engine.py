@@ -208,7 +208,7 @@ async def in_passing_thread(fn: Callable[..., T], *args: object) -> T:
     try:
         return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
     finally:
-        pool.shutdown(wait=True)
+        pool.shutdown(wait=False)  # its thread ends when fn returns; the loop never waits
 
 
 class Engine:
