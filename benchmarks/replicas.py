@@ -63,7 +63,7 @@ def wait_until(predicate: object, what: str, timeout: float, poll: float = 0.1) 
         time.sleep(poll)
 
 
-class _Started:
+class Started:
     """A context manager over start() and stop(): stopped again if starting fails."""
 
     def start(self) -> Self:
@@ -88,7 +88,7 @@ class _Started:
         self.stop()
 
 
-class Replicas(_Started):
+class Replicas(Started):
     """`count` server processes on free loopback ports; SIGTERM on exit (SIGKILL after 30 s)."""
 
     def __init__(
@@ -175,7 +175,7 @@ class Replicas(_Started):
                 proc.wait(10)
 
 
-class Balancer(_Started):
+class Balancer(Started):
     """HAProxy with the repository's config in front of `ports` on 127.0.0.1."""
 
     def __init__(self, ports: list[int], folder: Path) -> None:

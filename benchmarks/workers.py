@@ -14,33 +14,42 @@ on a shared machine falls on all of them alike.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import multiprocessing as mp
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from types import TracebackType
+from multiprocessing.process import BaseProcess
+from typing import Self
+
+from benchmarks.replicas import Started
 
 Builder = tuple[str, tuple]  # "module:function" returning {case: run() -> text}, its arguments
 
 
-class Workers:
-    """One spawned process per builder; every case of every process, by name."""
+class Workers(Started):
+    """One spawned process per builder, started on entering; every case of every process, by
+    name."""
 
     def __init__(self, builders: dict[str, Builder], threads: int) -> None:
-        ctx = mp.get_context("spawn")  # no fork: a fresh interpreter, nothing inherited
+        self.builders, self.threads = builders, threads
         self._conns: list[Connection] = []
-        self._procs = []
+        self._procs: list[BaseProcess] = []
         self.cases: dict[str, Connection] = {}
-        for target, args in builders.values():
+
+    def start(self) -> Self:
+        ctx = mp.get_context("spawn")  # no fork: a fresh interpreter, nothing inherited
+        for target, args in self.builders.values():
             parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_serve, args=(child, target, args, threads), daemon=True)
+            proc = ctx.Process(target=_serve, args=(child, target, args, self.threads), daemon=True)
             proc.start()
             self._conns.append(parent)
             self._procs.append(proc)
         for conn in self._conns:  # they load in parallel; collect their case names
             for name in _reply(conn):
                 self.cases[name] = conn
+        return self
 
     def run(self, name: str) -> tuple[float, str]:
         """Seconds of one run of case `name` (timed in its process) and its text."""
@@ -60,21 +69,14 @@ class Workers:
                 times[name].append(self.run(name)[0])
         return times
 
-    def close(self) -> None:
+    def stop(self) -> None:
         for conn in self._conns:
-            conn.send(None)
+            with contextlib.suppress(OSError):  # a worker that failed has gone already
+                conn.send(None)
         for proc in self._procs:
             proc.join(timeout=30)
             if proc.is_alive():
                 proc.kill()
-
-    def __enter__(self) -> Workers:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 def _reply(conn: Connection):
