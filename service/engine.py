@@ -204,7 +204,7 @@ async def in_passing_thread(fn: Callable[..., T], *args: object) -> T:
     the server, greedy: 0.48 s with the loading thread kept, 0.34 without; beam 5: 0.62 and
     0.45). Once this thread ends, its team is gone. Used for loading a model and decoding a
     request's audio (whose resampling runs torch)."""
-    pool = ThreadPoolExecutor(1, thread_name_prefix="xattn-load")
+    pool = ThreadPoolExecutor(1, thread_name_prefix="xattn-passing")
     try:
         return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
     finally:
