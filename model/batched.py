@@ -3,10 +3,11 @@ BatchedInferencePipeline.
 
 The audio is cut into windows of at most 30 s: with vad_filter the speech spans joined into
 groups (faster-whisper's collect_chunks with max_duration 30), without it consecutive 30 s
-windows. Windows are independent (no prompt from the previous one). N of them take one batched
-encoder call and one cross-attention K/V projection (each window's cache holds views of its
-rows); then each window's `decode_with_fallback` runs on a thread of its own and the
-`StepBatcher` (the pipeline's, or one made for the call) runs their cached steps as one batched
+windows. Windows are independent (no prompt from the previous one). N of them are encoded
+together (one encoder call on a GPU; on a CPU one window per call, `_encode`) and take one
+cross-attention K/V projection (each window's cache holds views of its rows); then each
+window's `decode_with_fallback` runs on a thread of its own and the `StepBatcher` (the
+pipeline's, or one made for the call) runs their cached steps as one batched
 decoder forward per step, the windows' cross-attention as one over the batch's K/V. Tokens
 are yielded the moment they are chosen, tagged with their window (and renumbered in the order
 they leave); segments and words (from each window's own cross-attention K/V) come out in time
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import queue
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -27,7 +29,7 @@ import numpy as np
 import torch
 
 from xattn.model.audio import N_FRAMES, N_SAMPLES, log_mel_spectrogram, pad_or_trim
-from xattn.model.batching import StepBatcher, model_work
+from xattn.model.batching import CallerThread, StepBatcher, model_work
 from xattn.model.decoding import DecodeOptions, detect_language
 from xattn.model.kv_cache import KVCache
 from xattn.model.prompts import window_tokens
@@ -48,6 +50,7 @@ from xattn.model.transcribe import (
 )
 from xattn.model.vad import SAMPLE_RATE, SpeechMap, SpeechSpan, group_spans, join_speech
 from xattn.model.vad_filter import frame_clock, map_segment
+from xattn.model.whisper import Whisper
 
 WINDOW = N_SAMPLES  # samples in a 30 s window
 
@@ -80,19 +83,20 @@ def transcribe_batched(
     """Every event of the batched transcription of `audio` (16 kHz mono float32), times on the
     original clock; `spans`: the speech (vad_filter), None: all of it."""
     own = ctx.batcher is None
-    batcher = StepBatcher(ctx.model, max_batch=max(batch_size, 1)) if own else ctx.batcher
+    caller = CallerThread() if own else None  # this thread runs the batches (CallerThread)
+    batcher = StepBatcher(ctx.model, max(batch_size, 1), thread=caller) if own else ctx.batcher
     ctx = dataclasses.replace(ctx, batcher=batcher)
     try:
-        yield from _batched(ctx, audio, options, batch_size, spans)
+        yield from _batched(ctx, audio, options, batch_size, spans, caller)
     finally:
         if own:
             batcher.close()
 
 
-def _batched(ctx, audio, options, batch_size, spans) -> Iterator:
+def _batched(ctx, audio, options, batch_size, spans, caller) -> Iterator:
     model, tok = ctx.model, ctx.tokenizer
     run = model_work(ctx.batcher)
-    device, dtype = model.device, next(model.parameters()).dtype
+    dtype = next(model.parameters()).dtype
     pieces = windows_of(len(audio), spans)
     language = options.language
     window_rules = rules_for(ctx, options)
@@ -106,8 +110,7 @@ def _batched(ctx, audio, options, batch_size, spans) -> Iterator:
             for p in batch
         ]  # each [n_mels, content + 3000]
         sizes = [min(N_FRAMES, m.shape[-1] - N_FRAMES) for m in mels]
-        mel = torch.stack([pad_or_trim(m, N_FRAMES) for m in mels]).to(device, dtype)
-        features = run(model.encoder, mel)  # [B, 1500, d]
+        features = run(_encode, model, mels, dtype)  # [B, 1500, d]
         if language is None:
             language = "en"
             if tok.multilingual:
@@ -132,7 +135,7 @@ def _batched(ctx, audio, options, batch_size, spans) -> Iterator:
         ]
         for job in jobs:
             yield job.start_event(language)
-        for event in _interleave(jobs):
+        for event in _interleave(jobs, caller):
             if isinstance(event, TokenEvent):
                 event = dataclasses.replace(event, index=index)
                 index += 1
@@ -146,6 +149,17 @@ def _batched(ctx, audio, options, batch_size, spans) -> Iterator:
     duration = len(audio) / SAMPLE_RATE
     speech = None if spans is None else tuple(TimeSpan(s.start_s, s.end_s) for s in spans)
     yield Transcript(text, language or "en", tuple(segments), duration, speech=speech)
+
+
+def _encode(model: Whisper, mels: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+    """The windows' encoder output [B, 1500, d], on the model thread. On a GPU in one call; on
+    a CPU one window per call, as the encoder is bound by compute there and a batch only adds
+    activations that spill from the caches (tiny.en, 2 cores: 120 ms a window alone, 134 in
+    twos, 144 in eights)."""
+    mel = torch.stack([pad_or_trim(m, N_FRAMES) for m in mels]).to(model.device, dtype)
+    if mel.is_cuda:
+        return model.encoder(mel)  # [B, 1500, d]
+    return torch.cat([model.encoder(m[None]) for m in mel])  # [B, 1500, d]
 
 
 class _Window:
@@ -164,8 +178,9 @@ class _Window:
         clock = frame_clock(self.smap, 0.0, self.num_frames)
         return WindowStart(self.piece.index, clock[0].start, self.num_frames, language, clock)
 
-    def decode(self, out: queue.Queue) -> None:
-        """On its thread: the window's token events into `out`, then None."""
+    def decode(self, out: queue.Queue | CallerThread, stop: threading.Event) -> None:
+        """On its thread: the window's token events into `out` until it ends or `stop` is set,
+        then None."""
         try:
             with torch.inference_mode():
                 steps = decode_with_fallback(
@@ -188,6 +203,9 @@ class _Window:
                         self.result, _ = stop.value
                         break
                     out.put(self._mapped(event))
+                    if stop.is_set():
+                        steps.close()
+                        break
         except BaseException as e:  # the caller raises it
             out.put(e)
         finally:
@@ -239,21 +257,30 @@ class _Window:
         return out
 
 
-def _interleave(jobs: list[_Window]) -> Iterator[TokenEvent | WindowDiscarded]:
-    """Run the windows' decodes on threads; yield their events as they come."""
-    out: queue.Queue = queue.Queue()
-    running = len(jobs)
+def _interleave(jobs: list[_Window], caller: CallerThread | None) -> Iterator:
+    """Run the windows' decodes on threads; yield their events as they come. With `caller`,
+    this thread runs the batches meanwhile (it is the batcher's model thread). Left early (an
+    error, or the consumer closing), the windows stop after their current step."""
+    out = caller or queue.Queue()
+    items = caller.serve() if caller else iter(out.get, out)
+    stop = threading.Event()
+    running, error = len(jobs), None
     with ThreadPoolExecutor(len(jobs), thread_name_prefix="xattn-window") as pool:
         for job in jobs:
-            pool.submit(job.decode, out)
-        error = None
-        while running:
-            item = out.get()
-            if item is None:
-                running -= 1
-            elif isinstance(item, BaseException):
-                error = error or item
-            elif error is None:
-                yield item
+            pool.submit(job.decode, out, stop)
+        try:
+            while running:
+                item = next(items)
+                if item is None:
+                    running -= 1
+                elif isinstance(item, BaseException):
+                    error = error or item
+                    stop.set()
+                elif error is None:
+                    yield item
+        finally:
+            stop.set()
+            while running:  # serve the windows' last steps until each has ended
+                running -= next(items) is None
     if error is not None:
         raise error

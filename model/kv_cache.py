@@ -19,9 +19,9 @@ import torch
 class CrossKV:
     """Cross-attention keys and values of one window, per decoder layer."""
 
-    # stored transposed (xattn.model.whisper.CrossAttention.project_kv)
+    # both with frames contiguous (xattn.model.whisper.CrossAttention.project_kv)
     k: list[torch.Tensor]  # n_layer × [batch, n_head, d_head, n_audio_ctx]
-    v: list[torch.Tensor]  # n_layer × [batch, n_head, d_head, n_audio_ctx]
+    v: list[torch.Tensor]  # n_layer × [batch, n_head, n_audio_ctx, d_head], a transposed view
 
     @property
     def batch(self) -> int:
@@ -40,10 +40,11 @@ Run = tuple[torch.Tensor, torch.Tensor, slice]  # keys, values, the batch rows t
 
 
 def joined_rows(k: list[torch.Tensor], v: list[torch.Tensor], slices: list[slice]) -> list[Run]:
-    """The cross K/V of a CacheBatch's caches for one layer (k[i], v[i]: [1 or B, H, d, F] for
-    batch rows slices[i]), with runs of one-row caches whose K/V are consecutive rows of one
-    tensor (`CrossKV.window` of windows encoded together) joined into one view of the run:
-    one attention over the run instead of one per window, nothing copied."""
+    """The cross K/V of a CacheBatch's caches for one layer (k[i], v[i]: [1 or B, H, d, F] and
+    [1 or B, H, F, d] for batch rows slices[i]), with runs of one-row caches whose K/V are
+    consecutive rows of one tensor (`CrossKV.window` of windows encoded together) joined into
+    one view of the run: one attention over the run instead of one per window, nothing
+    copied."""
     runs: list[Run] = []
     for kt, vt, r in zip(k, v, slices, strict=True):
         if runs and r.stop - r.start == 1 and _follows(runs[-1], (kt, vt, r)):

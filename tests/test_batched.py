@@ -7,6 +7,7 @@ into three windows.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import grpc
@@ -109,6 +110,46 @@ def test_ten_minutes_batched_equals_one_by_one() -> None:
     assert [w.start for w in words] == sorted(w.start for w in words)
     segments = [e.start for e in batched if isinstance(e, Segment)]
     assert segments == sorted(segments) and segments[-1] < len(audio) / SAMPLE_RATE
+
+
+def test_its_torch_work_runs_on_the_calling_thread(long_audio) -> None:
+    """A library call with batch_size runs every forward (log-mel, encoder, decoder steps) on
+    the thread that called it, as the sequential path does: a model thread of its own would
+    hold a second OpenMP team (xattn.model.batching.CallerThread)."""
+    model = pipeline("tiny.en").model
+    threads: set[str] = set()
+    hooks = [
+        m.register_forward_hook(lambda *_: threads.add(threading.current_thread().name))
+        for m in (model.encoder, model.decoder)
+    ]
+    try:
+        events = _run(long_audio, 4, vad=True)
+    finally:
+        for h in hooks:
+            h.remove()
+    assert threads == {threading.current_thread().name}
+    assert len(_tokens(events)) == 3
+
+
+def test_closing_early_stops_the_windows(long_audio) -> None:
+    """The consumer leaves after the first tokens: the windows stop after their current step
+    (no window thread left waiting on the caller's thread), and the pipeline still works."""
+    pipe = pipeline("tiny.en")
+    steps = []
+    hook = pipe.model.decoder.register_forward_hook(lambda *_: steps.append(1))
+    options = DecodeOptions(batch_size=4, vad_filter=True, temperatures=(0.0,), language="en")
+    try:
+        events = pipe.transcribe(long_audio, options)
+        first = [e for _, e in zip(range(12), events, strict=False)]
+        n = len(steps)
+        events.close()
+        after = len(steps) - n
+    finally:
+        hook.remove()
+    assert sum(isinstance(e, TokenEvent) for e in first) >= 5
+    assert after <= 2  # the step in flight, at most
+    assert not [t for t in threading.enumerate() if t.name.startswith("xattn-window")]
+    assert "ask not what your country" in list(pipe.transcribe(long_audio, options))[-1].text
 
 
 def test_without_vad_cuts_30_s_windows(long_audio) -> None:
