@@ -3,15 +3,15 @@ BatchedInferencePipeline.
 
 The audio is cut into windows of at most 30 s: with vad_filter the speech spans joined into
 groups (faster-whisper's collect_chunks with max_duration 30), without it consecutive 30 s
-windows. Windows are independent (no prompt from the previous one). N of them are encoded
-together (one encoder call on a GPU; on a CPU one window per call, `_encode`) and take one
-cross-attention K/V projection (each window's cache holds views of its rows); then each
-window's `decode_with_fallback` runs on a thread of its own and the `StepBatcher` (the
-pipeline's, or one made for the call) runs their cached steps as one batched
-decoder forward per step, the windows' cross-attention as one over the batch's K/V. Tokens
-are yielded the moment they are chosen, tagged with their window (and renumbered in the order
-they leave); segments and words (from each window's own cross-attention K/V) come out in time
-order once the windows before them are done.
+windows. Windows are independent (no prompt from the previous one). N of them decode at once,
+each on a thread of its own (`decode_with_fallback`), and the `StepBatcher` (the pipeline's,
+or one made for the call, whose batches then run on the caller's thread) runs their cached
+steps as one batched decoder forward per step; a window that ends makes room for the next at
+once, so that the batch stays full. A window is encoded when its thread starts it (on a GPU
+N at a time, sharing one K/V tensor that they attend over as one). Tokens are yielded the
+moment they are chosen, tagged with their window (and renumbered in the order they leave);
+segments and words (from each window's own cross-attention K/V) come out in time order once
+the windows before them are done.
 
 A window decoded in a batch gives the same tokens as decoded alone (`batch_size=1`): the batch
 changes only float rounding (tests/test_batched.py).
@@ -31,7 +31,7 @@ import torch
 from xattn.model.audio import N_FRAMES, N_SAMPLES, log_mel_spectrogram, pad_or_trim
 from xattn.model.batching import CallerThread, StepBatcher, model_work
 from xattn.model.decoding import DecodeOptions, detect_language
-from xattn.model.kv_cache import KVCache
+from xattn.model.kv_cache import CrossKV, KVCache
 from xattn.model.prompts import window_tokens
 from xattn.model.results import (
     Segment,
@@ -50,7 +50,6 @@ from xattn.model.transcribe import (
 )
 from xattn.model.vad import SAMPLE_RATE, SpeechMap, SpeechSpan, group_spans, join_speech
 from xattn.model.vad_filter import frame_clock, map_segment
-from xattn.model.whisper import Whisper
 
 WINDOW = N_SAMPLES  # samples in a 30 s window
 
@@ -95,121 +94,140 @@ def transcribe_batched(
 
 def _batched(ctx, audio, options, batch_size, spans, caller) -> Iterator:
     model, tok = ctx.model, ctx.tokenizer
-    run = model_work(ctx.batcher)
-    dtype = next(model.parameters()).dtype
     pieces = windows_of(len(audio), spans)
-    language = options.language
-    window_rules = rules_for(ctx, options)
+    # a GPU encodes the windows batch_size at a time, a CPU one by one (_Encoded)
+    group = batch_size if model.device.type == "cuda" else 1
+    encoded = _Encoded(ctx, audio, pieces, group)
+    language = options.language or "en"
+    if options.language is None and tok.multilingual and pieces:
+        features = encoded.features(0)  # [1, 1500, d]
+        language, _ = model_work(ctx.batcher)(detect_language, model, features, tok)
+    sot = tok.sot_sequence(language, options.task)
+    initial = window_tokens(
+        sot_sequence=sot,
+        previous=[],
+        sot_prev=tok.sot_prev,
+        no_timestamps=tok.no_timestamps,
+        n_text_ctx=model.dims.n_text_ctx,
+        encode=tok.encode,
+        prefix=None,
+        hotwords=options.hotwords,
+        without_timestamps=options.without_timestamps,
+    )
+    rules = rules_for(ctx, options)(sample_begin=len(initial))
+    jobs = [_Window(ctx, p, encoded, sot, language, initial, rules, options) for p in pieces]
     segments: list[Segment] = []
     index = 0
-    for b in range(0, len(pieces), batch_size):
-        batch = pieces[b : b + batch_size]
-        # as a sequential window: the log-mel of the audio and 30 s of zeros, its first 30 s
-        mels = [
-            run(log_mel_spectrogram, join_speech(audio, p.spans), model.dims.n_mels, N_SAMPLES)
-            for p in batch
-        ]  # each [n_mels, content + 3000]
-        sizes = [min(N_FRAMES, m.shape[-1] - N_FRAMES) for m in mels]
-        features = run(_encode, model, mels, dtype)  # [B, 1500, d]
-        if language is None:
-            language = "en"
-            if tok.multilingual:
-                language, _ = run(lambda f=features: detect_language(model, f[:1], tok))
-        sot = tok.sot_sequence(language, options.task)
-        initial = window_tokens(
-            sot_sequence=sot,
-            previous=[],
-            sot_prev=tok.sot_prev,
-            no_timestamps=tok.no_timestamps,
-            n_text_ctx=model.dims.n_text_ctx,
-            encode=tok.encode,
-            prefix=None,
-            hotwords=options.hotwords,
-            without_timestamps=options.without_timestamps,
-        )
-        rules = window_rules(sample_begin=len(initial))
-        cross = run(model.decoder.cross_kv, features)  # [B, ...] once: views per window
-        jobs = [
-            _Window(ctx, p, sizes[i], features[i : i + 1], cross.window(i), initial, rules, options)
-            for i, p in enumerate(batch)
-        ]
-        for job in jobs:
-            yield job.start_event(language)
-        for event in _interleave(jobs, caller):
-            if isinstance(event, TokenEvent):
-                event = dataclasses.replace(event, index=index)
-                index += 1
-            yield event
-        for job in jobs:  # time order: the windows' segments one window after the other
-            for seg in job.segments(sot, language):
-                seg = dataclasses.replace(seg, id=len(segments))
-                segments.append(seg)
-                yield seg
+    for event in _interleave(jobs, batch_size, caller):
+        if isinstance(event, TokenEvent):
+            event = dataclasses.replace(event, index=index)
+            index += 1
+        elif isinstance(event, Segment):
+            event = dataclasses.replace(event, id=len(segments))
+            segments.append(event)
+        yield event
     text = "".join(s.text for s in segments)
     duration = len(audio) / SAMPLE_RATE
     speech = None if spans is None else tuple(TimeSpan(s.start_s, s.end_s) for s in spans)
-    yield Transcript(text, language or "en", tuple(segments), duration, speech=speech)
+    yield Transcript(text, language, tuple(segments), duration, speech=speech)
 
 
-def _encode(model: Whisper, mels: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
-    """The windows' encoder output [B, 1500, d], on the model thread. On a GPU in one call; on
-    a CPU one window per call, as the encoder is bound by compute there and a batch only adds
-    activations that spill from the caches (tiny.en, 2 cores: 120 ms a window alone, 134 in
-    twos, 144 in eights)."""
-    mel = torch.stack([pad_or_trim(m, N_FRAMES) for m in mels]).to(model.device, dtype)
-    if mel.is_cuda:
-        return model.encoder(mel)  # [B, 1500, d]
-    return torch.cat([model.encoder(m[None]) for m in mel])  # [B, 1500, d]
+class _Encoded:
+    """The windows' encoder output and cross-attention K/V, made on the model thread when a
+    window's thread first asks, `group` windows at a time (a GPU's batch; on a CPU 1: the
+    encoder is bound by compute there and a batch only adds activations that spill from the
+    caches: tiny.en on 2 cores, 120 ms a window alone, 134 in twos, 144 in eights). The windows
+    of a group hold views of one K/V tensor and attend as one (kv_cache.joined_rows)."""
+
+    def __init__(self, ctx: Context, audio: np.ndarray, pieces: list[Piece], group: int) -> None:
+        self.ctx, self.audio, self.pieces, self.group = ctx, audio, pieces, group
+        self._lock = threading.Lock()
+        self._ready: dict[int, tuple[int, torch.Tensor, CrossKV]] = {}
+        self._taken: set[int] = set()
+
+    def features(self, i: int) -> torch.Tensor:
+        """Window i's encoder output [1, 1500, d] (kept for its `take`)."""
+        with self._lock:
+            self._make(i)
+            return self._ready[i][1]
+
+    def take(self, i: int) -> tuple[int, torch.Tensor, CrossKV]:
+        """Window i's mel frames of audio, encoder output [1, 1500, d] and K/V, handed over."""
+        with self._lock:
+            self._make(i)
+            self._taken.add(i)
+            return self._ready.pop(i)
+
+    def _make(self, i: int) -> None:
+        if i in self._ready:
+            return
+        todo = [p for p in self.pieces[i : i + self.group] if p.index not in self._taken]
+        todo = [p for p in todo if p.index not in self._ready]
+        sizes, features, cross = model_work(self.ctx.batcher)(self._encode, todo)
+        for j, p in enumerate(todo):
+            self._ready[p.index] = (sizes[j], features[j : j + 1], cross.window(j))
+
+    def _encode(self, todo: list[Piece]) -> tuple[list[int], torch.Tensor, CrossKV]:
+        """On the model thread: as a sequential window, the log-mel of each window's audio and
+        30 s of zeros, its first 30 s, encoded; their K/V."""
+        model = self.ctx.model
+        dtype = next(model.parameters()).dtype
+        mels = [
+            log_mel_spectrogram(join_speech(self.audio, p.spans), model.dims.n_mels, N_SAMPLES)
+            for p in todo
+        ]  # each [n_mels, content + 3000]
+        sizes = [min(N_FRAMES, m.shape[-1] - N_FRAMES) for m in mels]
+        mel = torch.stack([pad_or_trim(m, N_FRAMES) for m in mels]).to(model.device, dtype)
+        features = model.encoder(mel)  # [B, 1500, d]
+        return sizes, features, model.decoder.cross_kv(features)
 
 
 class _Window:
-    """One window's decode, run on a thread of its own."""
+    """One window's decode, run on a thread of its own: its encoding, its token events, then its
+    segments."""
 
-    def __init__(self, ctx, piece: Piece, size: int, features, cross, initial, rules, options):
-        self.ctx, self.piece, self.options = ctx, piece, options
-        self.features, self.initial, self.rules = features, initial, rules
-        self.size = size  # mel frames of audio
-        self.num_frames = size // INPUT_STRIDE
+    def __init__(
+        self, ctx, piece: Piece, encoded: _Encoded, sot, language, initial, rules, options
+    ):
+        self.ctx, self.piece, self.encoded, self.options = ctx, piece, encoded, options
+        self.sot, self.language, self.initial, self.rules = sot, language, initial, rules
         self.smap = SpeechMap(piece.spans)
-        self.cache = KVCache(cross, ctx.model.dims.n_text_ctx)  # its rows of the batch's K/V
-        self.result = None
-
-    def start_event(self, language: str) -> WindowStart:
-        clock = frame_clock(self.smap, 0.0, self.num_frames)
-        return WindowStart(self.piece.index, clock[0].start, self.num_frames, language, clock)
+        self.segments: list[Segment] = []
 
     def decode(self, out: queue.Queue | CallerThread, stop: threading.Event) -> None:
-        """On its thread: the window's token events into `out` until it ends or `stop` is set,
-        then None."""
+        """On its thread: the window's WindowStart and token events into `out` until it ends or
+        `stop` is set, then itself with its segments (or the error, then itself)."""
         try:
-            with torch.inference_mode():
-                steps = decode_with_fallback(
-                    self.ctx,
-                    self.features,
-                    self.cache,
-                    self.initial,
-                    self.rules,
-                    self.options,
-                    self.piece.index,
-                    0,
-                    0.0,
-                    self.num_frames,
-                    torch.Generator().manual_seed(self.options.seed),
-                )
-                while True:
-                    try:
-                        event = next(steps)
-                    except StopIteration as stop:
-                        self.result, _ = stop.value
-                        break
-                    out.put(self._mapped(event))
-                    if stop.is_set():
-                        steps.close()
-                        break
+            if not stop.is_set():
+                with torch.inference_mode():
+                    self._decode(out, stop)
         except BaseException as e:  # the caller raises it
             out.put(e)
         finally:
-            out.put(None)
+            out.put(self)
+
+    def _decode(self, out: queue.Queue | CallerThread, stop: threading.Event) -> None:
+        size, features, cross = self.encoded.take(self.piece.index)
+        num_frames = size // INPUT_STRIDE
+        cache = KVCache(cross, self.ctx.model.dims.n_text_ctx)
+        clock = frame_clock(self.smap, 0.0, num_frames)
+        out.put(WindowStart(self.piece.index, clock[0].start, num_frames, self.language, clock))
+        steps = decode_with_fallback(
+            *(self.ctx, features, cache, self.initial, self.rules, self.options),
+            *(self.piece.index, 0, 0.0, num_frames),
+            torch.Generator().manual_seed(self.options.seed),
+        )
+        while True:
+            try:
+                event = next(steps)
+            except StopIteration as end:
+                result, _ = end.value
+                break
+            out.put(self._mapped(event))
+            if stop.is_set():
+                steps.close()
+                return
+        self.segments = self._segments(result, cache, size, num_frames)
 
     def _mapped(self, event: TokenEvent | WindowDiscarded) -> TokenEvent | WindowDiscarded:
         if isinstance(event, TokenEvent) and event.online_time is not None:
@@ -217,20 +235,21 @@ class _Window:
             return dataclasses.replace(event, online_time=round(t + self.smap.shift(t), 2))
         return event
 
-    def segments(self, sot: tuple[int, ...], language: str) -> list[Segment]:
-        """The window's segments on the original clock (none for a silent window)."""
-        r, o, tok = self.result, self.options, self.ctx.tokenizer
+    def _segments(self, r, cache: KVCache, size: int, num_frames: int) -> list[Segment]:
+        """The window's segments on the original clock (none for a silent window), its words
+        from its own cross-attention K/V."""
+        o, tok = self.options, self.ctx.tokenizer
         silent = o.no_speech_threshold is not None and r.no_speech_prob > o.no_speech_threshold
         if silent and o.logprob_threshold is not None:
             silent = r.avg_logprob <= o.logprob_threshold
         if silent:
             return []
-        pieces, _, _ = split_segments(list(r.tokens), tok.timestamp_begin, 0.0, self.size)
+        pieces, _, _ = split_segments(list(r.tokens), tok.timestamp_begin, 0.0, size)
         words = timings = [() for _ in pieces]
         if o.word_timestamps and self.ctx.aligner is not None:
             pieces, words, timings, _ = model_work(self.ctx.batcher)(
                 self.ctx.aligner.align,
-                *(self.cache, sot, pieces, self.num_frames, language, 0.0, 0.0),
+                *(cache, self.sot, pieces, num_frames, self.language, 0.0, 0.0),
                 *(o.prepend_punctuations, o.append_punctuations),
             )
         out = []
@@ -257,22 +276,28 @@ class _Window:
         return out
 
 
-def _interleave(jobs: list[_Window], caller: CallerThread | None) -> Iterator:
-    """Run the windows' decodes on threads; yield their events as they come. With `caller`,
-    this thread runs the batches meanwhile (it is the batcher's model thread). Left early (an
-    error, or the consumer closing), the windows stop after their current step."""
+def _interleave(jobs: list[_Window], slots: int, caller: CallerThread | None) -> Iterator:
+    """Decode the windows, `slots` at a time on threads of their own (a window that ends makes
+    room for the next at once); yield their events as they come, and each window's segments
+    once it and every window before it have ended (time order). With `caller`, this thread
+    runs the batches meanwhile (it is the batcher's model thread). Left early (an error, or
+    the consumer closing), the windows stop after their current step."""
     out = caller or queue.Queue()
     items = caller.serve() if caller else iter(out.get, out)
     stop = threading.Event()
-    running, error = len(jobs), None
-    with ThreadPoolExecutor(len(jobs), thread_name_prefix="xattn-window") as pool:
+    running, error, ended, done = len(jobs), None, 0, set()
+    with ThreadPoolExecutor(max(1, slots), thread_name_prefix="xattn-window") as pool:
         for job in jobs:
             pool.submit(job.decode, out, stop)
         try:
             while running:
                 item = next(items)
-                if item is None:
+                if isinstance(item, _Window):
                     running -= 1
+                    done.add(item.piece.index)
+                    while error is None and ended in done:  # the next windows in time order
+                        yield from jobs[ended].segments
+                        ended += 1
                 elif isinstance(item, BaseException):
                     error = error or item
                     stop.set()
@@ -281,6 +306,6 @@ def _interleave(jobs: list[_Window], caller: CallerThread | None) -> Iterator:
         finally:
             stop.set()
             while running:  # serve the windows' last steps until each has ended
-                running -= next(items) is None
+                running -= isinstance(next(items), _Window)
     if error is not None:
         raise error

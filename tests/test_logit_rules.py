@@ -1,0 +1,52 @@
+"""The per-step logit rules' fast paths (model/decoding.py): one row as rows, ties as torch."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from xattn.model.decoding import LogitRules, first_max
+
+TS = 50  # timestamp_begin of a toy vocabulary of 80
+
+
+def _rules() -> LogitRules:
+    none = torch.tensor([], dtype=torch.long)
+    return LogitRules(1, none, none, 49, TS, 48, None)
+
+
+def _reference(logits: torch.Tensor) -> torch.Tensor:
+    """openai-whisper's ApplyTimestampRules tail, for one row: timestamps win when their total
+    probability beats every text token's; then the log-probabilities of what is left."""
+    logits = logits.clone()
+    logprobs = torch.log_softmax(logits, dim=-1)
+    if logprobs[TS:].logsumexp(dim=-1) > logprobs[:TS].max():
+        logits[:TS] = -math.inf
+    return torch.log_softmax(logits, dim=-1)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_one_row_as_the_reference_and_as_rows(seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    rows = torch.randn(4, 80, generator=g) * 3
+    rows[seed % 4, TS:] += 4  # a row where timestamps win
+    want = torch.stack([_reference(r) for r in rows])
+    as_rows = rows.clone()
+    assert torch.equal(_rules().prefer_timestamps(as_rows), want)
+    for r in range(4):
+        one = rows[r].clone()
+        assert torch.equal(_rules().prefer_timestamps(one), want[r])
+        assert torch.equal(one, as_rows[r])  # the logits left as the rows path leaves them
+
+
+def test_first_max_as_torch_argmax() -> None:
+    cases = [
+        torch.tensor([0.0, 3.0, 3.0, -1.0]),  # a tie: the first
+        torch.tensor([-math.inf, -math.inf, 2.0]),
+        torch.tensor([1.0, float("nan"), 5.0]),  # NaN is the largest, as in torch
+        torch.randn(51864),
+    ]
+    for x in cases:
+        assert first_max(x) == int(torch.argmax(x))
