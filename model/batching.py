@@ -12,7 +12,8 @@ attention rows), so that all of a step's torch work runs in the batch. Only the 
 around it (the token's event) stays on the decode's own thread. A step alone may skip the
 projection (`project=False`): its finish then makes its logits from the state (int8).
 
-Batches run on one thread of their own, the model thread, and so does the decodes' other
+Batches run on one thread, the model thread (one of the batcher's own, or the caller's:
+`CallerThread`), and so does the decodes' other
 model work (log-mel, encoder, cross-attention K/V, the first step over the prompt, the
 word-timestamp pass: `call`): one piece of torch work at a time, always from the same
 thread. Torch's OpenMP threads belong to the thread that calls it; ops called from several
