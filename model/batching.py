@@ -13,12 +13,12 @@ around it (the token's event) stays on the decode's own thread. A step alone may
 projection (`project=False`): its finish then makes its logits from the state (int8).
 
 Batches run on one thread, the model thread (one of the batcher's own, or the caller's:
-`CallerThread`), and so does the decodes' other
-model work (log-mel, encoder, cross-attention K/V, the first step over the prompt, the
-word-timestamp pass: `call`): one piece of torch work at a time, always from the same
-thread. Torch's OpenMP threads belong to the thread that calls it; ops called from several
-threads at once each bring a team that spins on the same cores, which cost more than the
-batch saved. The decodes' own threads keep their Python work.
+`CallerThread`), and so does the decodes' other model work (log-mel, encoder,
+cross-attention K/V, the first step over the prompt, the word-timestamp pass: `call`): one
+piece of torch work at a time, always from the same thread. Torch's OpenMP threads belong to
+the thread that calls it; ops called from several threads at once each bring a team that
+spins on the same cores, which cost more than the batch saved. The decodes' own threads keep
+their Python work.
 
 The batch changes no decode's numbers beyond float rounding: the same weights, each token's
 own cache; tests pin token-identical transcripts.
