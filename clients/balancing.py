@@ -3,8 +3,10 @@
 `xattn.clients.api.connect` takes one address or several. The channel it opens balances
 every call (not every connection) over all the addresses with gRPC's `round_robin`, and
 gRPC itself retries a call that failed with UNAVAILABLE (a replica loading, draining for a
-deploy, or gone) or RESOURCE_EXHAUSTED (a full replica), as long as no response has
-arrived: for `Transcribe` that is the whole call (it answers once, at the end), for a
+deploy, or gone), RESOURCE_EXHAUSTED (a full replica) or CANCELLED from the other end (a
+balancer that reset the call because the replica it forwarded it to died before answering:
+HAProxy's RST_STREAM(CANCEL); a cancel of the caller's own is never retried), as long as no
+response has arrived: for `Transcribe` that is the whole call (it answers once, at the end), for a
 stream until its first event. A RESOURCE_EXHAUSTED carries the server's
 `grpc-retry-pushback-ms`, which gRPC's retries obey instead of their own backoff. A stream
 that has already sent events is not retried: its caller gets the error.
@@ -38,7 +40,7 @@ RETRY_POLICY: dict[str, Any] = {
     "initialBackoff": "0.5s",
     "maxBackoff": "5s",
     "backoffMultiplier": 2,
-    "retryableStatusCodes": ["UNAVAILABLE", "RESOURCE_EXHAUSTED"],
+    "retryableStatusCodes": ["UNAVAILABLE", "RESOURCE_EXHAUSTED", "CANCELLED"],
 }
 # a request is replayed from a buffer: room for the largest audio a server accepts (64 MiB)
 RETRY_BUFFER_BYTES = 64 << 20

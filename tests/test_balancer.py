@@ -13,15 +13,26 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
+import struct
 import subprocess
+import threading
 from pathlib import Path
 
+import grpc
 import pytest
 import yaml
 from grpc_health.v1 import health_pb2
 
 from benchmarks.replicas import HAPROXY_CFG, Balancer
-from xattn.clients.balancing import RETRY_POLICY, Target, channel_target, service_config
+from xattn.clients.balancing import (
+    RETRY_POLICY,
+    Target,
+    channel_options,
+    channel_target,
+    service_config,
+)
+from xattn.v1 import transcriber_pb2 as pb
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -185,3 +196,73 @@ def test_retry_policy_is_the_documented_one() -> None:
     )
     live = {"name": [{"service": "xattn.v1.Transcriber", "method": "StreamingRecognize"}]}
     assert config["methodConfig"][1:] == whole["methodConfig"][1:] == [live]  # never retried
+
+
+class CancellingProxy(threading.Thread):
+    """A minimal HTTP/2 peer on loopback, standing in for a balancer whose upstream died
+    under a call: it answers the first `cancel` calls with RST_STREAM(CANCEL) once their
+    request has fully arrived (what HAProxy sends when it has forwarded a request it cannot
+    replay to a replica that dies before answering), and every later one with a
+    trailers-only NOT_FOUND. It counts the calls (HEADERS frames) it sees."""
+
+    def __init__(self, cancel: int) -> None:
+        super().__init__(daemon=True)
+        self.cancel, self.calls = cancel, 0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
+
+    def run(self) -> None:
+        conn, _ = self.listener.accept()
+        with conn, conn.makefile("rb") as wire:
+            wire.read(24)  # the client's preface
+            # our SETTINGS (INITIAL_WINDOW_SIZE 2^31-1) and the connection's window: the
+            # whole request may arrive
+            conn.sendall(h2_frame(4, 0, 0, struct.pack(">HI", 4, 2**31 - 1)))
+            conn.sendall(h2_frame(8, 0, 0, struct.pack(">I", 2**31 - 2**16)))
+            while head := wire.read(9):
+                length, kind, flags, stream = struct.unpack(">IBBI", b"\0" + head)
+                wire.read(length)
+                stream &= 0x7FFFFFFF
+                if kind == 4 and not flags & 1:  # their SETTINGS: ACK
+                    conn.sendall(h2_frame(4, 1, 0))
+                elif kind == 6 and not flags & 1:  # PING: ACK
+                    conn.sendall(h2_frame(6, 1, 0, b"\0" * 8))
+                elif kind == 1:
+                    self.calls += 1
+                elif kind == 0 and flags & 1:  # the request's last DATA frame
+                    if self.calls <= self.cancel:
+                        conn.sendall(h2_frame(3, 0, stream, struct.pack(">I", 8)))
+                    else:  # HPACK: :status 200, content-type and grpc-status literals
+                        block = b"\x88" + hpack(b"content-type", b"application/grpc")
+                        block += hpack(b"grpc-status", b"5")
+                        conn.sendall(h2_frame(1, 0x5, stream, block))
+
+
+def h2_frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
+    return struct.pack(">I", len(payload))[1:] + struct.pack(">BBI", kind, flags, stream) + payload
+
+
+def hpack(name: bytes, value: bytes) -> bytes:
+    """A literal header field without indexing, new name (RFC 7541 6.2.2)."""
+    return b"\0" + bytes([len(name)]) + name + bytes([len(value)]) + value
+
+
+@pytest.mark.parametrize("method", ["Transcribe", "StreamTranscribe"])
+def test_a_call_a_proxy_cancels_before_any_answer_is_sent_again(method: str) -> None:
+    """A balancer resets a call with CANCEL when the replica it forwarded the call to dies
+    before answering and the request was too large to replay (seen in tests/test_scale.py).
+    Transcription is idempotent and nothing has been answered yet, so the channel sends it
+    again: here the second attempt gets the fake's NOT_FOUND, which is not retried."""
+    proxy = CancellingProxy(cancel=1)
+    proxy.start()
+    request = pb.TranscribeRequest if method == "Transcribe" else pb.StreamTranscribeRequest
+    with grpc.insecure_channel(proxy.address, options=channel_options()) as channel:
+        rpc = (channel.unary_unary if method == "Transcribe" else channel.unary_stream)(
+            f"/xattn.v1.Transcriber/{method}",
+            request_serializer=request.SerializeToString,
+            response_deserializer=lambda data: data,
+        )
+        with pytest.raises(grpc.RpcError) as error:
+            list(rpc(request(audio=pb.Audio(encoded=b"\0" * 300_000)), timeout=20))
+    assert error.value.code() == grpc.StatusCode.NOT_FOUND, error.value
+    assert proxy.calls == 2
