@@ -1,6 +1,8 @@
 """Long audio side by side: ours sequential, with vad_filter, batched (N = 4, 8, 16) against
 faster-whisper sequential, vad_filter=True and BatchedInferencePipeline (batch 8, fp32 and
 int8): seconds, real-time factor, WER against the text the file was built from, peak RSS.
+faster-whisper's batched pipeline decodes text only (its `without_timestamps=True` default);
+`ours-b8-text` is ours batched the same way, beside `ours-b8` with timestamps.
 
     .venv/bin/python -m benchmarks.longform_vad                  # a 10-minute file
     .venv/bin/python -m benchmarks.longform_vad --minutes 3 --systems ours-seq,ours-b8,fw-b8
@@ -41,6 +43,7 @@ SYSTEMS = (
     "ours-b4",
     "ours-b8",
     "ours-b16",
+    "ours-b8-text",
     "fw-seq",
     "fw-vad",
     "fw-b8",
@@ -82,12 +85,13 @@ def transcriber(system: str, threads: int):
 
         torch.set_num_threads(threads)
         pipe = load_pipeline("tiny.en")
-        batch = int(system[6:]) if system.startswith("ours-b") else None
+        batch = int(system[6:].split("-")[0]) if system.startswith("ours-b") else None
         options = DecodeOptions(
             language="en",
             temperatures=(0.0,),
             vad_filter=system != "ours-seq",
             batch_size=batch,
+            without_timestamps=system.endswith("-text"),
         )
         return lambda audio: list(pipe.transcribe(audio, options))[-1].text
     from faster_whisper import BatchedInferencePipeline, WhisperModel
@@ -164,10 +168,16 @@ def main(argv: list[str] | None = None) -> None:
         ratios["ours sequential / ours batched 8"] = round(
             by["ours-seq"]["seconds"] / by["ours-b8"]["seconds"], 2
         )
-    if "fw-b8" in by and "ours-b8" in by:
-        ratios["ours batched 8 / faster-whisper batched 8 (fp32)"] = round(
-            by["ours-b8"]["seconds"] / by["fw-b8"]["seconds"], 2
+    if "ours-seq" in by and "ours-b8-text" in by:
+        ratios["ours sequential / ours batched 8 text-only"] = round(
+            by["ours-seq"]["seconds"] / by["ours-b8-text"]["seconds"], 2
         )
+    for ours in ("ours-b8", "ours-b8-text"):
+        if "fw-b8" in by and ours in by:
+            name = "batched 8 text-only" if ours.endswith("text") else "batched 8"
+            ratios[f"ours {name} / faster-whisper batched 8 (fp32)"] = round(
+                by[ours]["seconds"] / by["fw-b8"]["seconds"], 2
+            )
     for k, v in ratios.items():
         print(f"{k}: {v}")
     if not args.no_json:
