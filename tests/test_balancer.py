@@ -212,7 +212,8 @@ class CancellingProxy(threading.Thread):
         self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
 
     def run(self) -> None:
-        conn, _ = self.listener.accept()
+        with self.listener:
+            conn, _ = self.listener.accept()
         with conn, conn.makefile("rb") as wire:
             wire.read(24)  # the client's preface
             # our SETTINGS (INITIAL_WINDOW_SIZE 2^31-1) and the connection's window: the
