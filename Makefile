@@ -25,12 +25,19 @@ $(STAMP): pyproject.toml $(CONSTRAINTS) | $(PY)
 	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(PY) -m pip install -c $(CONSTRAINTS) -e '.[base,test]'
 	touch $(STAMP)
 
-install: $(STAMP)
+# the C++ decoder step (xattn.model.fused): built again when its source changes; without a
+# compiler and ninja it is not built and the Python step runs (same results)
+FUSED := $(VENV)/.fused
+$(FUSED): model/csrc/decoder_step.cpp $(STAMP)
+	$(PY) -m xattn.model.fused
+	touch $(FUSED)
 
-demo: $(STAMP)
+install: $(STAMP) $(FUSED)
+
+demo: $(STAMP) $(FUSED)
 	$(PY) scripts/demo.py $(SAMPLE)
 
-lint: $(STAMP)
+lint: $(STAMP) $(FUSED)
 	$(VENV)/bin/ruff check .
 
 test: lint

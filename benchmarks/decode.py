@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from benchmarks import results
 from benchmarks.results import matmul_gflops, memory_gbps
 from benchmarks.workers import Workers
+from xattn.model import fused
 from xattn.model.audio import N_FRAMES, decode_audio, log_mel_spectrogram, pad_or_trim
 from xattn.model.beams import window_decoder
 from xattn.model.checkpoints import _package_dir, load_checkpoint, to_openai_state_dict
@@ -546,6 +547,8 @@ def main(argv: list[str] | None = None) -> None:
         )
     figures["step kernels"] = str(pipe.model.decoder.blocks[0].mlp[0].kernels)
     print(f"   layer-map kernels chosen on this CPU: {figures['step kernels']}")
+    figures["decoder step"] = "C++ (xattn.model.fused)" if fused.extension() else "Python"
+    print(f"   decoder step's layers: {figures['decoder step']}")
 
     # 2b. bf16 ceilings and the fast compute's encoder, after every fp32 section: once a thread
     # has run AMX instructions (bf16 matmuls), the fp32 encoder ran ~10 % slower in that

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from xattn.model import fused
 from xattn.model.dims import ModelDims
 from xattn.model.kv_cache import CacheBatch, CrossKV, KVCache, joined_rows
 from xattn.model.linear import (
@@ -288,8 +289,9 @@ class TextDecoder(nn.Module):
         else:
             positions = self.positional_embedding[cache.length : cache.length + t]  # [T, d]
         x = self.token_embedding(tokens) + positions  # [B, T, d]
-        all_scores = []
-        for layer, block in enumerate(self.blocks):
+        done = fused.step(self, x, cache, need_scores)  # the C++ step, where it applies
+        x, all_scores = done if done is not None else (x, [])
+        for layer, block in enumerate(self.blocks if done is None else []):
             x, scores = block(x, cache, layer, need_scores)
             all_scores.append(scores)
         cache.advance(t)

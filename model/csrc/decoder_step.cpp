@@ -1,0 +1,64 @@
+// One cached decoder step (one new token in each of B rows of a KVCache) over every layer, as
+// xattn/model/whisper.py's TextDecoder computes it: the same ATen ops in the same order, so the
+// numbers are bitwise the Python path's, without its per-op Python and module calls (~0.7 ms
+// of a tiny.en step on 2 cores). Only the plain products (at::linear): a layer map that takes
+// another kernel stays on the Python path (xattn/model/fused.py decides).
+#include <torch/extension.h>
+
+#include <cmath>
+#include <vector>
+
+using at::Tensor;
+
+// x [B, 1, d]: the token embeddings plus positions. weights: per layer, in this order,
+// attn_ln w b, qkv w b, attn out w b, cross_ln w b, query w b, cross out w b, mlp_ln w b,
+// fc1 w b, fc2 w b (18). self_k, self_v [L, B, H, n_ctx, d_k] with `length` rows filled; this
+// step's K/V go to row `length`. cross_k [B or 1, H, d_k, F], cross_v [B or 1, H, F, d_k] per
+// layer (1: every row attends over the same window, as beams do). Returns the states
+// [B, 1, d] before the final LayerNorm, then each layer's pre-softmax cross-attention scores
+// [B, H, 1, F] when `need_scores`.
+std::vector<Tensor> decoder_step(Tensor x, const std::vector<Tensor>& weights,
+                                 const Tensor& self_k, const Tensor& self_v, int64_t length,
+                                 const std::vector<Tensor>& cross_k,
+                                 const std::vector<Tensor>& cross_v, int64_t n_head,
+                                 bool need_scores) {
+  c10::InferenceMode guard;
+  const int64_t b = x.size(0), d = x.size(-1), d_k = d / n_head;
+  const int64_t layers = static_cast<int64_t>(cross_k.size());
+  TORCH_CHECK(static_cast<int64_t>(weights.size()) == 18 * layers, "18 weights a layer");
+  std::vector<Tensor> out{Tensor()};
+  for (int64_t l = 0; l < layers; ++l) {
+    const Tensor* w = &weights[18 * l];
+    // self-attention over the rows so far (SelfAttention.forward, t == 1)
+    auto qkv = at::linear(at::layer_norm(x, {d}, w[0], w[1]), w[2], w[3]).chunk(3, -1);
+    auto heads = [&](const Tensor& t) { return t.view({b, 1, n_head, d_k}).transpose(1, 2); };
+    auto q = heads(qkv[0]);
+    auto keys = self_k.select(0, l), values = self_v.select(0, l);  // [B, H, n_ctx, d_k]
+    keys.narrow(2, length, 1).copy_(heads(qkv[1]));
+    values.narrow(2, length, 1).copy_(heads(qkv[2]));
+    auto y = at::scaled_dot_product_attention(q, keys.narrow(2, 0, length + 1),
+                                              values.narrow(2, 0, length + 1));
+    x = x + at::linear(y.transpose(1, 2).reshape({b, 1, d}), w[4], w[5]);
+    // cross-attention (CrossAttention.forward and attend)
+    q = heads(at::linear(at::layer_norm(x, {d}, w[6], w[7]), w[8], w[9]));  // [B, H, 1, d_k]
+    const bool shared = b > 1 && cross_k[l].size(0) == 1;
+    if (shared) q = q.transpose(0, 1).reshape({1, n_head, b, d_k});  // rows as queries
+    auto scores = at::matmul(q, cross_k[l]).div(std::sqrt(static_cast<double>(d_k)));
+    y = at::matmul(scores.softmax(-1), cross_v[l]);  // [B, H, 1, d_k] or [1, H, B, d_k]
+    if (shared) {
+      y = y.reshape({n_head, b, 1, d_k}).transpose(0, 1);
+      scores = scores.reshape({n_head, b, 1, -1}).transpose(0, 1);
+    }
+    x = x + at::linear(y.transpose(1, 2).reshape({b, 1, d}), w[10], w[11]);
+    // MLP
+    auto h = at::linear(at::layer_norm(x, {d}, w[12], w[13]), w[14], w[15]);
+    x = x + at::linear(at::gelu(h), w[16], w[17]);
+    if (need_scores) out.push_back(scores);
+  }
+  out[0] = x;
+  return out;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("decoder_step", &decoder_step, "one cached decoder step over every layer");
+}

@@ -1,0 +1,144 @@
+"""The C++ decoder step (xattn.model.fused): bitwise the Python step's numbers wherever the
+decoder takes it (one row, beams over one window, rows of several windows, with and without
+the cross-attention scores), real decodes token for token and row for row, and the Python
+step wherever it does not apply. CI builds it (`make install`); elsewhere these tests are
+skipped when it is not built."""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import cache
+from pathlib import Path
+
+import pytest
+import torch
+
+from xattn.model import fused
+from xattn.model.audio import decode_audio
+from xattn.model.decoding import DecodeOptions
+from xattn.model.kv_cache import CacheBatch, KVCache
+from xattn.model.pipeline import Pipeline, load_pipeline
+from xattn.model.results import TokenEvent
+
+EVAL = Path(__file__).resolve().parents[2] / "shared" / "eval"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built() -> None:
+    if fused.extension() is None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail("the C++ decoder step is not built (make install builds it)")
+        pytest.skip("the C++ decoder step is not built (make install builds it)")
+
+
+@cache
+def pipe() -> Pipeline:
+    return load_pipeline("tiny.en")
+
+
+def python_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fused, "extension", lambda: None)
+
+
+def steps(cache_: KVCache | CacheBatch, need: bool, rows: int, n: int = 6) -> list:
+    """n cached steps of `rows` rows from the cache's current length: states and scores."""
+    dec = pipe().model.decoder
+    g = torch.Generator().manual_seed(1)
+    out = []
+    with torch.inference_mode():
+        for _ in range(n):
+            tokens = torch.randint(0, 50000, (rows, 1), generator=g)
+            h, scores = dec(tokens, cache_, need_scores=need, hidden=True)
+            out.append((h, scores))
+    return out
+
+
+def window(seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    with torch.inference_mode():
+        return pipe().model.encoder(torch.randn(1, 80, 3000, generator=g) * 0.3)  # [1, 1500, d]
+
+
+def same(a: list, b: list) -> None:
+    for (ha, sa), (hb, sb) in zip(a, b, strict=True):
+        assert torch.equal(ha, hb)
+        assert (sa is None) == (sb is None)
+        for x, y in zip(sa or [], sb or [], strict=True):
+            assert torch.equal(x, y)
+
+
+@pytest.mark.parametrize("need", [True, False])
+@pytest.mark.parametrize("layout", ["one row", "beams of one window", "rows of two windows"])
+def test_a_step_is_bitwise_the_python_step(
+    monkeypatch: pytest.MonkeyPatch, layout: str, need: bool
+) -> None:
+    model = pipe().model
+    calls = []
+    ext = fused.extension()
+
+    class Counting:
+        def decoder_step(self, *args):
+            calls.append(1)
+            return ext.decoder_step(*args)
+
+    def new_cache() -> KVCache:
+        with torch.inference_mode():
+            if layout == "one row":
+                return model.new_cache(window(0))
+            if layout == "rows of two windows":
+                return model.new_cache(torch.cat([window(0), window(1)]))
+            return KVCache(model.decoder.cross_kv(window(0)), model.dims.n_text_ctx, rows=5)
+
+    rows = {"one row": 1, "beams of one window": 5, "rows of two windows": 2}[layout]
+    kernels = model.decoder.blocks[0].mlp[0].kernels
+    if kernels.for_rows(rows) != "plain":
+        pytest.skip(f"this CPU's layer maps take {kernels.for_rows(rows)} for {rows} rows")
+    monkeypatch.setattr(fused, "extension", lambda: Counting())
+    fast = steps(new_cache(), need, rows)
+    assert len(calls) == 6  # every step took the C++ path
+    python_step(monkeypatch)
+    same(fast, steps(new_cache(), need, rows))
+
+
+def test_what_it_does_not_take_runs_the_python_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Several tokens at once (a prompt), a batch of caches, autograd: the Python step."""
+    model = pipe().model
+    monkeypatch.setattr(fused, "extension", lambda: pytest.fail("took the C++ step"))
+    dec = model.decoder
+    with torch.inference_mode():
+        dec(torch.tensor([[50257, 50362]]), model.new_cache(window(0)), hidden=True)
+        batch = CacheBatch([model.new_cache(window(0)), model.new_cache(window(1))])
+        dec(torch.tensor([[50257], [50257]]), batch, hidden=True)
+        features = window(0).clone()
+    with torch.no_grad():
+        cache_ = model.new_cache(features)
+    dec(torch.tensor([[50257]]), cache_, hidden=True)  # grad mode on: autograd's step
+
+
+def events(monkeypatch: pytest.MonkeyPatch, audio, options: DecodeOptions, python: bool):
+    with monkeypatch.context() as m:
+        if python:
+            python_step(m)
+        got = list(pipe().transcribe(audio, options))
+    tokens = [e for e in got if isinstance(e, TokenEvent)]
+    return [(e.id, e.logprob, e.attention.tobytes()) for e in tokens], got[-1].text
+
+
+@pytest.mark.parametrize("beam_size", [1, 5])
+def test_decodes_are_token_for_token_and_row_for_row(
+    monkeypatch: pytest.MonkeyPatch, jfk_path: Path, beam_size: int
+) -> None:
+    """jfk and a clip of the shared real-speech set, greedy and beam 5, rows and word times
+    on: the same tokens, log-probabilities and attention rows, bit for bit."""
+    manifest = [json.loads(line) for line in (EVAL / "manifest.jsonl").read_text().splitlines()]
+    clips = [jfk_path, *[EVAL / r["file"] for r in manifest if r["language"] == "en"][:1]]
+    options = DecodeOptions(
+        temperatures=(0.0,), beam_size=beam_size, return_attention=True, word_timestamps=True
+    )
+    for clip in clips:
+        audio = decode_audio(clip.read_bytes())
+        fast, text = events(monkeypatch, audio, options, python=False)
+        slow, text_python = events(monkeypatch, audio, options, python=True)
+        assert text == text_python and len(fast) > 10
+        assert fast == slow, clip.name
