@@ -1,12 +1,13 @@
 """The cached decoder step in C++ (model/csrc/decoder_step.cpp), built once per machine.
 
 A decoder step of one row is bound by its weights' memory traffic, yet about a third of its
-time on a CPU went to Python: ~120 torch calls a step, each through the module and dispatch
-layers (tiny.en, 2 cores: 2.29 ms for the layers in Python, 1.58 in C++). The extension runs
-the same ATen ops in the same order, so its numbers are bitwise the Python step's (the tests
-hold it to that), and TextDecoder takes it wherever it applies: a KVCache (one decode, its
-rows: a greedy decode, a beam search), one new token a row, fp32 on a CPU, inference, every
-layer map on the plain product (`StepKernels`). Anything else runs the Python step.
+layers' time on a CPU went to Python: about 100 torch calls a step, each through the module and
+dispatch layers (tiny.en, 2 cores: 2.29 ms for the layers in Python, 1.58 in C++). The
+extension runs the same ATen ops in the same order, so its numbers are bitwise the Python
+step's (the tests hold it to that), and TextDecoder takes it wherever it applies: a KVCache
+(one decode and its rows: a greedy decode, a beam search), one new token a row, fp32 on a
+CPU, inference, the layer maps on the plain or the split product (`StepKernels`; oneDNN's
+kernel is not ported). Anything else runs the Python step.
 
 It is built by `make install` (`python -m xattn.model.fused`, ~20 s) with torch's
 cpp_extension (a C++ compiler and ninja) into XATTN_EXTENSIONS (default
@@ -17,6 +18,7 @@ runs, with the same results. XATTN_FUSED=0 turns it off.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import logging
 import os
@@ -38,8 +40,6 @@ NAME = "xattn_decoder_step"
 
 def build_directory() -> Path:
     """Where the build lives: one folder per torch version and source (their hash)."""
-    import hashlib
-
     root = os.environ.get("XATTN_EXTENSIONS") or Path.home() / ".cache" / "xattn" / "extensions"
     tag = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode()).hexdigest()[:12]
     return Path(root) / f"decoder_step-{tag}"
@@ -97,7 +97,8 @@ def step(
     first = blocks[0].mlp[0]
     if x.dtype != torch.float32 or first.weight.dtype != torch.float32:
         return None
-    if torch.is_grad_enabled() or first.kernels.for_rows(x.shape[0]) != "plain":
+    kernel = first.kernels.for_rows(x.shape[0])
+    if torch.is_grad_enabled() or kernel not in ("plain", "split"):
         return None
     ext = extension()
     if ext is None:
@@ -112,6 +113,7 @@ def step(
         cache.cross.v,
         blocks[0].attn.n_head,
         need_scores,
+        kernel == "split",
     )
     return out[0], (out[1:] if need_scores else [None] * len(blocks))
 

@@ -1,14 +1,33 @@
 // One cached decoder step (one new token in each of B rows of a KVCache) over every layer, as
 // xattn/model/whisper.py's TextDecoder computes it: the same ATen ops in the same order, so the
 // numbers are bitwise the Python path's, without its per-op Python and module calls (~0.7 ms
-// of a tiny.en step on 2 cores). Only the plain products (at::linear): a layer map that takes
-// another kernel stays on the Python path (xattn/model/fused.py decides).
+// of a tiny.en step on 2 cores). The layer maps take the plain product (at::linear) or
+// split_linear's (xattn/model/linear.py), as the CPU's StepKernels say; a step whose maps take
+// oneDNN's kernel stays on the Python path (xattn/model/fused.py decides).
 #include <torch/extension.h>
 
 #include <cmath>
 #include <vector>
 
 using at::Tensor;
+
+constexpr int64_t kSplit = 8;      // xattn.model.linear.SPLIT
+constexpr int64_t kSplitRows = 4;  // xattn.model.linear.SPLIT_ROWS
+
+// x @ Wᵀ + b: at::linear, or with `split` as split_linear computes it (one bmm over kSplit row
+// blocks of W, for up to kSplitRows rows; at::linear where it does not apply, as there).
+static Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, bool split) {
+  const int64_t out = w.size(0), in = w.size(1), rows = x.numel() / in;
+  if (!split || rows > kSplitRows || out % kSplit || !w.is_contiguous()) {
+    return at::linear(x, w, b);
+  }
+  auto blocks = w.view({kSplit, out / kSplit, in});               // [S, out/S, in]
+  auto cols = x.contiguous().as_strided({kSplit, in, rows}, {0, 1, in});  // [S, in, R]
+  auto y = at::baddbmm(b.view({kSplit, out / kSplit, 1}), blocks, cols);  // [S, out/S, R]
+  auto shape = x.sizes().vec();
+  shape.back() = out;
+  return rows == 1 ? y.view(shape) : y.view({out, rows}).t().reshape(shape);
+}
 
 // x [B, 1, d]: the token embeddings plus positions. weights: per layer, in this order,
 // attn_ln w b, qkv w b, attn out w b, cross_ln w b, query w b, cross out w b, mlp_ln w b,
@@ -21,7 +40,7 @@ std::vector<Tensor> decoder_step(Tensor x, const std::vector<Tensor>& weights,
                                  const Tensor& self_k, const Tensor& self_v, int64_t length,
                                  const std::vector<Tensor>& cross_k,
                                  const std::vector<Tensor>& cross_v, int64_t n_head,
-                                 bool need_scores) {
+                                 bool need_scores, bool split) {
   c10::InferenceMode guard;
   const int64_t b = x.size(0), d = x.size(-1), d_k = d / n_head;
   const int64_t layers = static_cast<int64_t>(cross_k.size());
@@ -30,7 +49,7 @@ std::vector<Tensor> decoder_step(Tensor x, const std::vector<Tensor>& weights,
   for (int64_t l = 0; l < layers; ++l) {
     const Tensor* w = &weights[18 * l];
     // self-attention over the rows so far (SelfAttention.forward, t == 1)
-    auto qkv = at::linear(at::layer_norm(x, {d}, w[0], w[1]), w[2], w[3]).chunk(3, -1);
+    auto qkv = linear(at::layer_norm(x, {d}, w[0], w[1]), w[2], w[3], split).chunk(3, -1);
     auto heads = [&](const Tensor& t) { return t.view({b, 1, n_head, d_k}).transpose(1, 2); };
     auto q = heads(qkv[0]);
     auto keys = self_k.select(0, l), values = self_v.select(0, l);  // [B, H, n_ctx, d_k]
@@ -38,9 +57,9 @@ std::vector<Tensor> decoder_step(Tensor x, const std::vector<Tensor>& weights,
     values.narrow(2, length, 1).copy_(heads(qkv[2]));
     auto y = at::scaled_dot_product_attention(q, keys.narrow(2, 0, length + 1),
                                               values.narrow(2, 0, length + 1));
-    x = x + at::linear(y.transpose(1, 2).reshape({b, 1, d}), w[4], w[5]);
+    x = x + linear(y.transpose(1, 2).reshape({b, 1, d}), w[4], w[5], split);
     // cross-attention (CrossAttention.forward and attend)
-    q = heads(at::linear(at::layer_norm(x, {d}, w[6], w[7]), w[8], w[9]));  // [B, H, 1, d_k]
+    q = heads(linear(at::layer_norm(x, {d}, w[6], w[7]), w[8], w[9], split));  // [B, H, 1, d_k]
     const bool shared = b > 1 && cross_k[l].size(0) == 1;
     if (shared) q = q.transpose(0, 1).reshape({1, n_head, b, d_k});  // rows as queries
     auto scores = at::matmul(q, cross_k[l]).div(std::sqrt(static_cast<double>(d_k)));
@@ -49,10 +68,10 @@ std::vector<Tensor> decoder_step(Tensor x, const std::vector<Tensor>& weights,
       y = y.reshape({n_head, b, 1, d_k}).transpose(0, 1);
       scores = scores.reshape({n_head, b, 1, -1}).transpose(0, 1);
     }
-    x = x + at::linear(y.transpose(1, 2).reshape({b, 1, d}), w[10], w[11]);
+    x = x + linear(y.transpose(1, 2).reshape({b, 1, d}), w[10], w[11], split);
     // MLP
-    auto h = at::linear(at::layer_norm(x, {d}, w[12], w[13]), w[14], w[15]);
-    x = x + at::linear(at::gelu(h), w[16], w[17]);
+    auto h = linear(at::layer_norm(x, {d}, w[12], w[13]), w[14], w[15], split);
+    x = x + linear(at::gelu(h), w[16], w[17], split);
     if (need_scores) out.push_back(scores);
   }
   out[0] = x;
