@@ -79,5 +79,7 @@ std::vector<Tensor> decoder_step(Tensor x, const std::vector<Tensor>& weights,
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("decoder_step", &decoder_step, "one cached decoder step over every layer");
+  // without the GIL while it runs (as torch's own ops): the server's other threads go on
+  m.def("decoder_step", &decoder_step, "one cached decoder step over every layer",
+        py::call_guard<py::gil_scoped_release>());
 }
