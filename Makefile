@@ -37,10 +37,10 @@ install: $(STAMP) $(FUSED)
 demo: $(STAMP) $(FUSED)
 	$(PY) scripts/demo.py $(SAMPLE)
 
-lint: $(STAMP) $(FUSED)
+lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-test: lint
+test: lint $(FUSED)
 	@rm -f $(PYTEST_EXIT)
 	$(PY) -m pytest -q $(PYTEST_ARGS) || { rc=$$?; echo $$rc > $(PYTEST_EXIT); exit $$rc; }
 

@@ -11,9 +11,9 @@ kernel is not ported). Anything else runs the Python step.
 
 It is built by `make install` (`python -m xattn.model.fused`, ~20 s) with torch's
 cpp_extension (a C++ compiler and ninja) into XATTN_EXTENSIONS (default
-~/.cache/xattn/extensions); a process loads the build it finds there, or builds it at its first
-step when XATTN_BUILD_FUSED=1. Without a build (no compiler, a fresh image) the Python step
-runs, with the same results. XATTN_FUSED=0 turns it off.
+~/.cache/xattn/extensions); a process loads the build it finds there. Without a build (no
+compiler, a fresh image) the Python step runs, with the same results. XATTN_FUSED=0 turns it
+off.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from xattn.model.kv_cache import KVCache
+from xattn.model.linear import SPLIT, SPLIT_ROWS
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +74,6 @@ def extension() -> ModuleType | None:
             assert spec is not None and spec.loader is not None
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
-        elif os.environ.get("XATTN_BUILD_FUSED") == "1":
-            module = build()
         else:
             log.info("decoder step: Python (no build in %s; make install builds it)", built.parent)
             return None
@@ -114,6 +113,8 @@ def step(
         blocks[0].attn.n_head,
         need_scores,
         kernel == "split",
+        SPLIT,
+        SPLIT_ROWS,
     )
     return out[0], (out[1:] if need_scores else [None] * len(blocks))
 

@@ -11,19 +11,22 @@
 
 using at::Tensor;
 
-constexpr int64_t kSplit = 8;      // xattn.model.linear.SPLIT
-constexpr int64_t kSplitRows = 4;  // xattn.model.linear.SPLIT_ROWS
+// How split_linear (xattn/model/linear.py) splits: into `blocks` row blocks of W (SPLIT), for
+// up to `max_rows` rows (SPLIT_ROWS); Python passes its constants. blocks 0: no split.
+struct Split {
+  int64_t blocks, max_rows;
+};
 
-// x @ Wᵀ + b: at::linear, or with `split` as split_linear computes it (one bmm over kSplit row
-// blocks of W, for up to kSplitRows rows; at::linear where it does not apply, as there).
-static Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, bool split) {
-  const int64_t out = w.size(0), in = w.size(1), rows = x.numel() / in;
-  if (!split || rows > kSplitRows || out % kSplit || !w.is_contiguous()) {
+// x @ Wᵀ + b: at::linear, or as split_linear computes it (one bmm over the row blocks of W;
+// at::linear where it does not apply, as there).
+static Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, const Split& split) {
+  const int64_t out = w.size(0), in = w.size(1), rows = x.numel() / in, s = split.blocks;
+  if (s == 0 || rows > split.max_rows || out % s || !w.is_contiguous()) {
     return at::linear(x, w, b);
   }
-  auto blocks = w.view({kSplit, out / kSplit, in});               // [S, out/S, in]
-  auto cols = x.contiguous().as_strided({kSplit, in, rows}, {0, 1, in});  // [S, in, R]
-  auto y = at::baddbmm(b.view({kSplit, out / kSplit, 1}), blocks, cols);  // [S, out/S, R]
+  auto blocks = w.view({s, out / s, in});                            // [S, out/S, in]
+  auto cols = x.contiguous().as_strided({s, in, rows}, {0, 1, in});  // [S, in, R]
+  auto y = at::baddbmm(b.view({s, out / s, 1}), blocks, cols);       // [S, out/S, R]
   auto shape = x.sizes().vec();
   shape.back() = out;
   return rows == 1 ? y.view(shape) : y.view({out, rows}).t().reshape(shape);
@@ -35,13 +38,16 @@ static Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, bool spl
 // step's K/V go to row `length`. cross_k [B or 1, H, d_k, F], cross_v [B or 1, H, F, d_k] per
 // layer (1: every row attends over the same window, as beams do). Returns the states
 // [B, 1, d] before the final LayerNorm, then each layer's pre-softmax cross-attention scores
-// [B, H, 1, F] when `need_scores`.
+// [B, H, 1, F] when `need_scores`. `split_kernel`: the layer maps take split_linear's product
+// (of `split_blocks` blocks, up to `split_rows` rows), else the plain one.
 std::vector<Tensor> decoder_step(Tensor x, const std::vector<Tensor>& weights,
                                  const Tensor& self_k, const Tensor& self_v, int64_t length,
                                  const std::vector<Tensor>& cross_k,
                                  const std::vector<Tensor>& cross_v, int64_t n_head,
-                                 bool need_scores, bool split) {
+                                 bool need_scores, bool split_kernel, int64_t split_blocks,
+                                 int64_t split_rows) {
   c10::InferenceMode guard;
+  const Split split{split_kernel ? split_blocks : 0, split_rows};
   const int64_t b = x.size(0), d = x.size(-1), d_k = d / n_head;
   const int64_t layers = static_cast<int64_t>(cross_k.size());
   TORCH_CHECK(static_cast<int64_t>(weights.size()) == 18 * layers, "18 weights a layer");
