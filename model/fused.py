@@ -4,10 +4,11 @@ A decoder step of one row is bound by its weights' memory traffic, yet about a t
 layers' time on a CPU went to Python: about 100 torch calls a step, each through the module and
 dispatch layers (tiny.en, 2 cores: 2.29 ms for the layers in Python, 1.58 in C++). The
 extension runs the same ATen ops in the same order, so its numbers are bitwise the Python
-step's (the tests hold it to that), and TextDecoder takes it wherever it applies: a KVCache
-(one decode and its rows: a greedy decode, a beam search), one new token a row, fp32 on a
-CPU, inference, the layer maps on the plain or the split product (`StepKernels`; oneDNN's
-kernel is not ported). Anything else runs the Python step.
+step's (the tests hold it to that), and TextDecoder takes it wherever it applies: one new
+token a row of a KVCache (one decode and its rows: a greedy decode, a beam search) or of a
+CacheBatch (several decodes stepped together: batched long-form windows, the server's
+requests), fp32 on a CPU, inference, the layer maps on the plain or the split product
+(`StepKernels`; oneDNN's kernel is not ported). Anything else runs the Python step.
 
 It is built by `make install` (`python -m xattn.model.fused`, ~20 s) with torch's
 cpp_extension (a C++ compiler and ninja) into XATTN_EXTENSIONS (default
@@ -30,7 +31,7 @@ from types import ModuleType
 import torch
 from torch import Tensor, nn
 
-from xattn.model.kv_cache import KVCache
+from xattn.model.kv_cache import CacheBatch, KVCache
 from xattn.model.linear import SPLIT, SPLIT_ROWS
 
 log = logging.getLogger(__name__)
@@ -85,31 +86,32 @@ def extension() -> ModuleType | None:
 
 
 def step(
-    decoder: nn.Module, x: Tensor, cache: object, need_scores: bool
+    decoder: nn.Module, x: Tensor, cache: KVCache | CacheBatch, need_scores: bool
 ) -> tuple[Tensor, list[Tensor | None]] | None:
     """The layers of a cached step through the extension: the states x [B, 1, d] after every
     layer and each layer's scores (None without `need_scores`), or None where it does not
-    apply (then the Python step runs; it also appends to the cache, which `advance` commits)."""
-    if not isinstance(cache, KVCache) or x.shape[1] != 1 or not x.is_cpu:
+    apply (then the Python step runs; it also appends to the caches, which `advance` commits)."""
+    if x.shape[1] != 1 or not x.is_cpu or x.dtype != torch.float32:
         return None
     blocks = decoder.blocks
     first = blocks[0].mlp[0]
-    if x.dtype != torch.float32 or first.weight.dtype != torch.float32:
-        return None
     kernel = first.kernels.for_rows(x.shape[0])
-    if torch.is_grad_enabled() or kernel not in ("plain", "split"):
+    if first.weight.dtype != torch.float32 or kernel not in ("plain", "split"):
+        return None
+    if torch.is_grad_enabled():
         return None
     ext = extension()
     if ext is None:
         return None
+    caches = cache.caches if isinstance(cache, CacheBatch) else [cache]
     out = ext.decoder_step(
         x,
         weights(decoder),
-        cache.self_k,
-        cache.self_v,
-        cache.length,
-        cache.cross.k,
-        cache.cross.v,
+        [c.self_k for c in caches],
+        [c.self_v for c in caches],
+        [c.length for c in caches],
+        [c.cross.k[layer] for layer in range(len(blocks)) for c in caches],
+        [c.cross.v[layer] for layer in range(len(blocks)) for c in caches],
         blocks[0].attn.n_head,
         need_scores,
         kernel == "split",

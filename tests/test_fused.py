@@ -1,8 +1,8 @@
 """The C++ decoder step (xattn.model.fused): bitwise the Python step's numbers wherever the
-decoder takes it (one row, beams over one window, rows of several windows, with and without
-the cross-attention scores), real decodes token for token and row for row, and the Python
-step wherever it does not apply. CI builds it (`make install`); elsewhere these tests are
-skipped when it is not built."""
+decoder takes it (one row, beams over one window, rows of several windows, batches of caches,
+with and without the cross-attention scores), real decodes token for token and row for row,
+and the Python step wherever it does not apply. CI builds it (`make install`); elsewhere
+these tests are skipped when it is not built."""
 
 from __future__ import annotations
 
@@ -105,15 +105,69 @@ def test_a_step_is_bitwise_the_python_step(
     same(fast, steps(new_cache(), need, rows))
 
 
+def batch_of_caches(layout: str, monkeypatch: pytest.MonkeyPatch) -> CacheBatch:
+    """Decodes stepped together as the batcher steps them, each at its own length (primed by
+    Python steps): one-row caches of windows encoded together (their attention runs as one),
+    or those beside a beam search's rows over a window of its own and a lone window."""
+    model = pipe().model
+    dec = model.decoder
+    with torch.inference_mode():
+        cross = dec.cross_kv(torch.cat([window(0), window(1), window(2)]))
+        caches = [KVCache(cross.window(i), model.dims.n_text_ctx) for i in range(3)]
+        if layout == "mixed":
+            beams = KVCache(dec.cross_kv(window(3)), model.dims.n_text_ctx, rows=3)
+            lone = model.new_cache(window(4))
+            caches = [beams, caches[0], caches[1], lone, caches[2]]
+        with monkeypatch.context() as m:
+            python_step(m)
+            for i, c in enumerate(caches):
+                for _ in range(i + 1):
+                    dec(torch.full((c.rows, 1), 50257), c, hidden=True)
+    return CacheBatch(caches)
+
+
+@pytest.mark.parametrize("kernel", ["plain", "split"])
+@pytest.mark.parametrize("need", [True, False])
+@pytest.mark.parametrize("layout", ["windows of one batch", "mixed"])
+def test_a_batch_of_caches_is_bitwise_the_python_step(
+    monkeypatch: pytest.MonkeyPatch, layout: str, need: bool, kernel: str
+) -> None:
+    """A CacheBatch step (batched long-form windows, the server's requests stepped together):
+    each cache's rows over their own past and window, the states and scores bit for bit."""
+    for m in pipe().model.decoder.modules():
+        if isinstance(m, Linear):
+            monkeypatch.setattr(m, "kernels", StepKernels(kernel, kernel, kernel))
+    calls = []
+    ext = fused.extension()
+
+    class Counting:
+        def decoder_step(self, *args):
+            calls.append(1)
+            return ext.decoder_step(*args)
+
+    batch = batch_of_caches(layout, monkeypatch)
+    rows = sum(c.rows for c in batch.caches)
+    monkeypatch.setattr(fused, "extension", lambda: Counting())
+    fast = steps(batch, need, rows)
+    assert len(calls) == 6
+    python_step(monkeypatch)
+    same(fast, steps(batch_of_caches(layout, monkeypatch), need, rows))
+
+
 def test_what_it_does_not_take_runs_the_python_step(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Several tokens at once (a prompt), a batch of caches, autograd: the Python step."""
+    """Several tokens at once (a prompt), maps on oneDNN's kernel, autograd: the Python step."""
     model = pipe().model
     monkeypatch.setattr(fused, "extension", lambda: pytest.fail("took the C++ step"))
     dec = model.decoder
     with torch.inference_mode():
         dec(torch.tensor([[50257, 50362]]), model.new_cache(window(0)), hidden=True)
+        for m in dec.modules():
+            if isinstance(m, Linear):
+                monkeypatch.setattr(m, "kernels", StepKernels("onednn", "onednn", "onednn"))
         batch = CacheBatch([model.new_cache(window(0)), model.new_cache(window(1))])
         dec(torch.tensor([[50257], [50257]]), batch, hidden=True)
+        monkeypatch.undo()
+        monkeypatch.setattr(fused, "extension", lambda: pytest.fail("took the C++ step"))
         features = window(0).clone()
     with torch.no_grad():
         cache_ = model.new_cache(features)
