@@ -7,14 +7,18 @@ extension runs the same ATen ops in the same order, so its numbers are bitwise t
 step's (the tests hold it to that), and TextDecoder takes it wherever it applies: one new
 token a row of a KVCache (one decode and its rows: a greedy decode, a beam search) or of a
 CacheBatch (several decodes stepped together: batched long-form windows, the server's
-requests), fp32 on a CPU, inference, the layer maps on the plain or the split product
-(`StepKernels`; oneDNN's kernel is not ported). Anything else runs the Python step.
+requests), fp32 on a CPU, inference, the layer maps on the plain, the split or the packed
+product (`StepKernels`; oneDNN's kernel is not ported). Anything else runs the Python step.
 
 It is built by `make install` (`python -m xattn.model.fused`, ~20 s) with torch's
 cpp_extension (a C++ compiler and ninja) into XATTN_EXTENSIONS (default
 ~/.cache/xattn/extensions); a process loads the build it finds there. Without a build (no
-compiler, a fresh image) the Python step runs, with the same results. XATTN_FUSED=0 turns it
-off.
+compiler, a fresh image) the Python step runs, with the same results (up to float rounding
+where the packed product would have run). XATTN_FUSED=0 turns it off.
+
+It also holds the packed product (`packed_linear`, xattn.model.linear: our own kernel for a
+few rows, which reads a weight once for all of them), which the layer maps and the projection
+take where `choose_kernels` measured it best.
 """
 
 from __future__ import annotations
@@ -38,12 +42,15 @@ log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("csrc") / "decoder_step.cpp"
 NAME = "xattn_decoder_step"
+FLAGS = ["-O2", "-fopenmp"]  # OpenMP: packed_linear's at::parallel_for runs on its threads
+PRODUCTS = ("plain", "split", "packed")  # the layer maps' products it runs (StepKernels)
 
 
 def build_directory() -> Path:
     """Where the build lives: one folder per torch version and source (their hash)."""
     root = os.environ.get("XATTN_EXTENSIONS") or Path.home() / ".cache" / "xattn" / "extensions"
-    tag = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode()).hexdigest()[:12]
+    made = SOURCE.read_bytes() + torch.__version__.encode() + " ".join(FLAGS).encode()
+    tag = hashlib.sha256(made).hexdigest()[:12]
     return Path(root) / f"decoder_step-{tag}"
 
 
@@ -57,7 +64,8 @@ def build() -> ModuleType:
         name=NAME,
         sources=[str(SOURCE)],
         build_directory=str(folder),
-        extra_cflags=["-O2"],
+        extra_cflags=FLAGS,
+        extra_ldflags=["-fopenmp"],
         verbose=False,
     )
 
@@ -96,8 +104,11 @@ def step(
     blocks = decoder.blocks
     first = blocks[0].mlp[0]
     kernel = first.kernels.for_rows(x.shape[0])
-    if first.weight.dtype != torch.float32 or kernel not in ("plain", "split"):
+    if first.weight.dtype != torch.float32 or kernel not in PRODUCTS:
         return None
+    copies = packed_maps(decoder) if kernel == "packed" else []
+    if kernel == "packed" and not copies:
+        kernel = "plain"  # as Linear: no packed copies (not packed yet), the plain product
     if torch.is_grad_enabled():
         return None
     ext = extension()
@@ -114,11 +125,24 @@ def step(
         [c.cross.v[layer] for layer in range(len(blocks)) for c in caches],
         blocks[0].attn.n_head,
         need_scores,
-        kernel == "split",
+        PRODUCTS.index(kernel),
         SPLIT,
         SPLIT_ROWS,
+        copies,
     )
     return out[0], (out[1:] if need_scores else [None] * len(blocks))
+
+
+def packed_maps(decoder: nn.Module) -> list[Tensor]:
+    """Every layer's six maps' packed copies in the extension's order (qkv, attention out,
+    query, cross out, fc1, fc2), or [] where they are not all made (TextDecoder.pack)."""
+    maps = [
+        m
+        for b in decoder.blocks
+        for m in (b.attn.qkv, b.attn.out, b.cross_attn.query, b.cross_attn.out, b.mlp[0], b.mlp[2])
+    ]
+    copies = [m.packed for m in maps]
+    return [] if any(c is None for c in copies) else copies
 
 
 def weights(decoder: nn.Module) -> list[Tensor]:

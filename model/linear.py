@@ -7,6 +7,10 @@
 - 2 rows or more otherwise (`onednn_linear`): oneDNN's kernel, over a copy of W in its blocked
   layout (`blocked`, made by `TextDecoder.pack` for batched steps) or over W as stored. MKL's
   fp32 product for a few rows runs at a third of the matmul ceiling or less here.
+- Any rows, where the C++ extension is built (`packed_linear`, xattn.model.fused): our own
+  kernel over a copy of W in column blocks (`packed`), which reads W once for up to 8 rows
+  at about memory speed (a beam's 5 rows of tiny.en's projection: ~2.0 ms against ~2.2 with
+  oneDNN's kernel and ~3.2 with MKL's, in a loop; in a real beam step the margin is larger).
 
 Each returns None where it does not apply, and the caller takes the plain product.
 
@@ -116,17 +120,75 @@ def split_columns(x: Tensor, wt: Tensor) -> Tensor | None:
     return y.view(*x.shape[:-1], n)  # [..., N]
 
 
+def packed(w: Tensor) -> Tensor | None:
+    """w [out, in] in the column blocks `packed_linear` reads, or None where it does not apply
+    (the extension not built, not fp32 on a CPU)."""
+    ext = _extension()
+    if ext is None or w.device.type != "cpu" or w.dtype != torch.float32:
+        return None
+    return ext.pack(w.detach())
+
+
+def packed_linear(
+    x: Tensor, weight: Tensor | None, bias: Tensor | None, n_out: int
+) -> Tensor | None:
+    """x @ Wᵀ + b for rows x [..., in] over the `packed` copy of W [n_out, in]: the plain
+    product's sums up to rounding, each over `in` in order. None: no packed copy, not fp32 on a
+    CPU, or autograd."""
+    if weight is None or not x.is_cpu or x.dtype != torch.float32 or torch.is_grad_enabled():
+        return None
+    ext = _extension()
+    return None if ext is None else ext.packed_linear(x, weight, bias, n_out)
+
+
+def _extension():  # noqa: ANN202 - the built module, or None (xattn.model.fused)
+    from xattn.model import fused  # fused imports this module
+
+    return fused.extension()
+
+
+def step_copies(maps: Sequence[Linear], projection: Tensor) -> tuple[Tensor | None, ...]:
+    """Copies of the weights a step of 2 rows or more reads, in the layouts of the kernels its
+    maps' `kernels` name for such rows (`blocked` for oneDNN's, `packed` for ours), set on the
+    maps; and the projection's for `logits`: (blocked, packed)."""
+    kinds = {maps[0].kernels.few, maps[0].kernels.many}
+    for m in maps:
+        m.blocked = blocked(m.weight) if "onednn" in kinds else None
+        m.packed = packed(m.weight) if "packed" in kinds else None
+    ours = packed(projection) if "packed" in kinds else None
+    return (None if ours is not None and kinds == {"packed"} else blocked(projection)), ours
+
+
+def logits(
+    x: Tensor, w: Tensor, kernel: str, blocked_w: Tensor | None, packed_w: Tensor | None
+) -> Tensor:
+    """x @ wᵀ for the output projection w [n_vocab, d] (column-major): one row through
+    `split_columns`; more through the packed kernel where `kernel` (the layer maps' for as
+    many rows) names it, else oneDNN's (over its blocked copy, else w as stored); the plain
+    product where none applies."""
+    y = None
+    if kernel == "packed" and x.numel() > x.shape[-1]:
+        y = packed_linear(x, packed_w, None, w.shape[0])
+    if y is None:
+        y = onednn_linear(x, w if blocked_w is None else blocked_w, None)
+    if y is None:
+        y = split_columns(x, w.T)
+    return x @ w.T if y is None else y  # [..., n_vocab]
+
+
 log = logging.getLogger(__name__)
 
-KERNELS = ("split", "onednn", "plain")  # split_linear, onednn_linear, F.linear
+# split_linear, onednn_linear, F.linear, packed_linear
+KERNELS = ("split", "onednn", "plain", "packed")
 
 
 @dataclass(frozen=True)
 class StepKernels:
     """The product a decoder layer map takes for the rows of a step: `one` row, a `few` (2 to
     SPLIT_ROWS: a greedy batch, a small beam) or `many`; each one of KERNELS. A kernel that
-    does not apply (onednn without a packed copy, anything but fp32 on a CPU) falls through to
-    the plain product. The default is what the AMD hosts of our earlier runs measured best."""
+    does not apply (onednn or packed without its copy, anything but fp32 on a CPU) falls
+    through to the plain product. The default is what the AMD hosts of our earlier runs
+    measured best, before the packed kernel."""
 
     one: str = "split"
     few: str = "split"
@@ -154,7 +216,8 @@ def choose_kernels(maps: Sequence[Linear], repeats: int = 5) -> StepKernels:
 
 def _choose(maps: Sequence[Linear], repeats: int) -> StepKernels:
     g = torch.Generator().manual_seed(0)
-    packed = [blocked(m.weight) for m in maps]
+    onednn = [blocked(m.weight) for m in maps]
+    ours = [packed(m.weight) for m in maps]
     chosen = {}
     for band, rows in BANDS.items():
         xs = [torch.randn(rows, 1, m.in_features, generator=g) for m in maps]
@@ -167,7 +230,11 @@ def _choose(maps: Sequence[Linear], repeats: int) -> StepKernels:
             ],
             "onednn": [
                 partial(onednn_linear, x, b, m.bias)
-                for x, m, b in zip(xs, maps, packed, strict=True)
+                for x, m, b in zip(xs, maps, onednn, strict=True)
+            ],
+            "packed": [
+                partial(packed_linear, x, p, m.bias, m.out_features)
+                for x, m, p in zip(xs, maps, ours, strict=True)
             ],
         }
         passes = {
@@ -202,10 +269,11 @@ def _interleaved(passes: dict[str, Callable[[], object]], repeats: int) -> dict[
 
 class Linear(nn.Linear):
     """nn.Linear that takes, for the rows of each call, the product of its `kernels`
-    (`split_linear`; `onednn_linear` over the packed copy `blocked` of TextDecoder.pack; or the
-    plain one)."""
+    (`split_linear`; `onednn_linear` over the copy `blocked` of TextDecoder.pack;
+    `packed_linear` over its copy `packed`; or the plain one)."""
 
     blocked: Tensor | None = None
+    packed: Tensor | None = None
     kernels = StepKernels()
 
     def forward(self, x: Tensor) -> Tensor:
@@ -215,4 +283,6 @@ class Linear(nn.Linear):
             y = split_linear(x, self.weight, self.bias)
         elif kernel == "onednn":
             y = onednn_linear(x, self.blocked, self.bias)
+        elif kernel == "packed":
+            y = packed_linear(x, self.packed, self.bias, self.out_features)
         return super().forward(x) if y is None else y

@@ -30,11 +30,10 @@ from xattn.model.kv_cache import CacheBatch, CrossKV, KVCache, joined_rows
 from xattn.model.linear import (
     Linear,
     StepKernels,
-    blocked,
     choose_kernels,
     column_major,
-    onednn_linear,
-    split_columns,
+    logits,
+    step_copies,
 )
 from xattn.model.logits import Int8Logits
 
@@ -240,21 +239,19 @@ class TextDecoder(nn.Module):
         self.ln = nn.LayerNorm(n_state)
         self.int8_logits: Int8Logits | None = None  # set by Whisper.set_compute
         self._blocked: Tensor | None = None  # the projection in oneDNN's layout (pack)
-        self._packed = False
+        self._packed_projection: Tensor | None = None  # and in packed_linear's
+        self._copies = False
 
     def pack(self) -> None:
-        """Blocked copies of the weights that a step of several rows reads (a batched step,
-        xattn.model.batching; a beam search's): the layers' linear maps and the projection
-        (+113 MB for tiny.en, ~75 ms, once), which oneDNN's kernel (`onednn_linear`) then reads
-        for 2 rows or more (the maps where their `kernels` say so); the copies follow no later
-        .to(). The projection of 5 rows: 3.5 ms blocked against 5.5 as stored (tiny.en)."""
-        if self._packed:
+        """Copies of the weights that a step of several rows reads (a batched step,
+        xattn.model.batching; a beam search's) in the layouts of its kernels (`step_copies`:
+        +113 MB for tiny.en, ~75 ms, once); they follow no later .to()."""
+        if self._copies:
             return
-        for lin in self.modules():  # the maps that every step reads (cross K/V's are nn.Linear)
-            if isinstance(lin, Linear):
-                lin.blocked = blocked(lin.weight)
-        self._blocked = blocked(self.token_embedding.weight)
-        self._packed = True  # last: a thread that packs meanwhile packs the same copies
+        maps = [m for m in self.modules() if isinstance(m, Linear)]  # cross K/V's: nn.Linear
+        copies = step_copies(maps, self.token_embedding.weight)
+        self._blocked, self._packed_projection = copies
+        self._copies = True  # last: a thread that packs meanwhile packs the same copies
 
     def choose_kernels(self) -> StepKernels:
         """Time the step products on this CPU (xattn.model.linear.choose_kernels) and give
@@ -301,15 +298,13 @@ class TextDecoder(nn.Module):
         return (x if hidden else self.project(x)), scores
 
     def project(self, h: Tensor) -> Tensor:
-        """Logits [B, T, n_vocab] of states h [B, T, d] before the final LayerNorm (on a CPU,
-        one row through `split_columns`, more through oneDNN's kernel: over the blocked copy
-        once packed, else over the column-major weight itself)."""
+        """Logits [B, T, n_vocab] of states h [B, T, d] before the final LayerNorm
+        (`xattn.model.linear.logits`: on a CPU, the product the layer maps take for as many
+        rows, over the copies `pack` made)."""
         x = self.ln(h)  # [B, T, d]
+        kernel = self.blocks[0].mlp[0].kernels.for_rows(x.numel() // x.shape[-1])
         w = self.token_embedding.weight  # [n_vocab, d], column-major
-        y = onednn_linear(x, w if self._blocked is None else self._blocked, None)
-        if y is None:
-            y = split_columns(x, w.T)
-        return (x @ w.T if y is None else y).float()  # [B, T, n_vocab]
+        return logits(x, w, kernel, self._blocked, self._packed_projection).float()
 
 
 class Whisper(nn.Module):

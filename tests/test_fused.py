@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from xattn.model import fused
 from xattn.model.audio import decode_audio
 from xattn.model.decoding import DecodeOptions
 from xattn.model.kv_cache import CacheBatch, KVCache
-from xattn.model.linear import Linear, StepKernels
+from xattn.model.linear import Linear, StepKernels, packed
 from xattn.model.pipeline import Pipeline, load_pipeline
 from xattn.model.results import TokenEvent
 
@@ -39,7 +40,38 @@ def pipe() -> Pipeline:
 
 
 def python_step(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fused, "extension", lambda: None)
+    """The layers in Python (the extension's other kernels stay: packed_linear)."""
+    monkeypatch.setattr(fused, "step", lambda *args: None)
+
+
+def watch_step(monkeypatch: pytest.MonkeyPatch, step: Callable[..., object]) -> None:
+    """The extension as built, its decoder_step through `step(step_as_built, *args)`."""
+    ext = fused.extension()
+
+    class Watched:
+        def __getattr__(self, name: str) -> object:
+            return getattr(ext, name)
+
+        def decoder_step(self, *args: object) -> object:
+            return step(ext.decoder_step, *args)
+
+    monkeypatch.setattr(fused, "extension", lambda: Watched())
+
+
+def counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that grows by one each C++ step."""
+    calls: list[int] = []
+
+    def step(built: Callable[..., object], *args: object) -> object:
+        calls.append(1)
+        return built(*args)
+
+    watch_step(monkeypatch, step)
+    return calls
+
+
+def refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    watch_step(monkeypatch, lambda *args: pytest.fail("took the C++ step"))
 
 
 def steps(cache_: KVCache | CacheBatch, need: bool, rows: int, n: int = 6) -> list:
@@ -69,25 +101,26 @@ def same(a: list, b: list) -> None:
             assert torch.equal(x, y)
 
 
-@pytest.mark.parametrize("kernel", ["plain", "split"])
+def use_kernel(monkeypatch: pytest.MonkeyPatch, kernel: str, many: str) -> None:
+    """Every layer map on `kernel` for one row and a few, `many` for more, with the packed
+    copies that the packed kernel reads."""
+    for m in pipe().model.decoder.modules():
+        if isinstance(m, Linear):
+            monkeypatch.setattr(m, "kernels", StepKernels(kernel, kernel, many))
+            copy = packed(m.weight) if "packed" in (kernel, many) else None
+            monkeypatch.setattr(m, "packed", copy)
+
+
+@pytest.mark.parametrize("kernel", ["plain", "split", "packed"])
 @pytest.mark.parametrize("need", [True, False])
 @pytest.mark.parametrize("layout", ["one row", "beams of one window", "rows of two windows"])
 def test_a_step_is_bitwise_the_python_step(
     monkeypatch: pytest.MonkeyPatch, layout: str, need: bool, kernel: str
 ) -> None:
-    """Each layer map's product as StepKernels name it on some CPU: plain (the Intel hosts of
-    our runs) or split (the AMD ones) for one row and a few; a beam's 5 rows take plain."""
+    """Each layer map's product as StepKernels name it on some CPU: plain, split or packed for
+    one row and a few; a beam's 5 rows take plain, or packed with the packed kernel."""
     model = pipe().model
-    for m in model.decoder.modules():
-        if isinstance(m, Linear):
-            monkeypatch.setattr(m, "kernels", StepKernels(kernel, kernel, "plain"))
-    calls = []
-    ext = fused.extension()
-
-    class Counting:
-        def decoder_step(self, *args):
-            calls.append(1)
-            return ext.decoder_step(*args)
+    use_kernel(monkeypatch, kernel, "packed" if kernel == "packed" else "plain")
 
     def new_cache() -> KVCache:
         with torch.inference_mode():
@@ -98,7 +131,7 @@ def test_a_step_is_bitwise_the_python_step(
             return KVCache(model.decoder.cross_kv(window(0)), model.dims.n_text_ctx, rows=5)
 
     rows = {"one row": 1, "beams of one window": 5, "rows of two windows": 2}[layout]
-    monkeypatch.setattr(fused, "extension", lambda: Counting())
+    calls = counted(monkeypatch)
     fast = steps(new_cache(), need, rows)
     assert len(calls) == 6  # every step took the C++ path
     python_step(monkeypatch)
@@ -126,7 +159,7 @@ def batch_of_caches(layout: str, monkeypatch: pytest.MonkeyPatch) -> CacheBatch:
     return CacheBatch(caches)
 
 
-@pytest.mark.parametrize("kernel", ["plain", "split"])
+@pytest.mark.parametrize("kernel", ["plain", "split", "packed"])
 @pytest.mark.parametrize("need", [True, False])
 @pytest.mark.parametrize("layout", ["windows of one batch", "mixed"])
 def test_a_batch_of_caches_is_bitwise_the_python_step(
@@ -134,20 +167,10 @@ def test_a_batch_of_caches_is_bitwise_the_python_step(
 ) -> None:
     """A CacheBatch step (batched long-form windows, the server's requests stepped together):
     each cache's rows over their own past and window, the states and scores bit for bit."""
-    for m in pipe().model.decoder.modules():
-        if isinstance(m, Linear):
-            monkeypatch.setattr(m, "kernels", StepKernels(kernel, kernel, kernel))
-    calls = []
-    ext = fused.extension()
-
-    class Counting:
-        def decoder_step(self, *args):
-            calls.append(1)
-            return ext.decoder_step(*args)
-
+    use_kernel(monkeypatch, kernel, kernel)
     batch = batch_of_caches(layout, monkeypatch)
     rows = sum(c.rows for c in batch.caches)
-    monkeypatch.setattr(fused, "extension", lambda: Counting())
+    calls = counted(monkeypatch)
     fast = steps(batch, need, rows)
     assert len(calls) == 6
     python_step(monkeypatch)
@@ -157,7 +180,7 @@ def test_a_batch_of_caches_is_bitwise_the_python_step(
 def test_what_it_does_not_take_runs_the_python_step(monkeypatch: pytest.MonkeyPatch) -> None:
     """Several tokens at once (a prompt), maps on oneDNN's kernel, autograd: the Python step."""
     model = pipe().model
-    monkeypatch.setattr(fused, "extension", lambda: pytest.fail("took the C++ step"))
+    refused(monkeypatch)
     dec = model.decoder
     with torch.inference_mode():
         dec(torch.tensor([[50257, 50362]]), model.new_cache(window(0)), hidden=True)
@@ -167,7 +190,7 @@ def test_what_it_does_not_take_runs_the_python_step(monkeypatch: pytest.MonkeyPa
         batch = CacheBatch([model.new_cache(window(0)), model.new_cache(window(1))])
         dec(torch.tensor([[50257], [50257]]), batch, hidden=True)
         monkeypatch.undo()
-        monkeypatch.setattr(fused, "extension", lambda: pytest.fail("took the C++ step"))
+        refused(monkeypatch)
         features = window(0).clone()
     with torch.no_grad():
         cache_ = model.new_cache(features)

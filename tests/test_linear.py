@@ -3,6 +3,9 @@ to every weight that a step of the real model reads."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from functools import cache
 
 import pytest
@@ -17,7 +20,10 @@ from xattn.model.linear import (
     StepKernels,
     blocked,
     choose_kernels,
+    logits,
     onednn_linear,
+    packed,
+    packed_linear,
     split_columns,
     split_linear,
 )
@@ -144,8 +150,9 @@ def test_every_kernel_of_a_map_is_the_plain_product(kernel: str) -> None:
     m = Linear(384, 1536)
     kernels = StepKernels(one=kernel, few=kernel, many=kernel)
     with torch.inference_mode():
-        for packed in (False, True):
-            m.blocked = blocked(m.weight) if packed else None
+        for copies in (False, True):
+            m.blocked = blocked(m.weight) if copies else None
+            m.packed = packed(m.weight) if copies else None
             m.kernels = kernels
             for rows in (1, 3, 8, 20):
                 x = torch.randn(rows, 1, 384, generator=g)
@@ -159,11 +166,60 @@ def test_the_decoder_takes_the_kernels_measured_on_this_cpu() -> None:
     dec = decoder()
     maps = [m for m in dec.modules() if isinstance(m, Linear)]
     chosen = choose_kernels(maps, repeats=1)
-    assert chosen.one in ("split", "plain")  # oneDNN's kernel takes 2 rows or more
-    assert chosen.few in KERNELS and chosen.many in ("onednn", "plain")  # split: up to 4 rows
+    assert chosen.one in ("split", "plain", "packed")  # oneDNN's kernel takes 2 rows or more
+    assert chosen.few in KERNELS and chosen.many != "split"  # split: up to 4 rows
     assert len({m.kernels for m in maps}) == 1  # load_pipeline chose for all of them
     with pytest.raises(ValueError, match="kernels are among"):
         StepKernels(one="fast")
     assert StepKernels("split", "plain", "onednn").for_rows(1) == "split"
     assert StepKernels("split", "plain", "onednn").for_rows(SPLIT_ROWS) == "plain"
     assert StepKernels("split", "plain", "onednn").for_rows(SPLIT_ROWS + 1) == "onednn"
+
+
+def test_the_packed_kernel_is_the_plain_product() -> None:
+    """packed_linear (the C++ extension's): any rows (grouped as the CPU's registers allow),
+    outputs that do not fill its last block of 32, with and without a bias, views of rows;
+    and the projection through it (`logits`) for a beam's rows."""
+    if packed(torch.zeros(32, 8)) is None:
+        pytest.skip("the C++ extension is not built (make install builds it)")
+    g = generator()
+    with torch.inference_mode():
+        for n_out, n_in in ((1152, 384), (1000, 96), (7, 5)):
+            w = torch.randn(n_out, n_in, generator=g)
+            b = torch.randn(n_out, generator=g)
+            copy = packed(w)
+            for rows in (1, 2, 3, 5, 8, 9, 20):
+                x = torch.randn(rows, 1, n_in, generator=g)
+                for bias in (b, None):
+                    y = packed_linear(x, copy, bias, n_out)
+                    assert y is not None and y.shape == (rows, 1, n_out)
+                    assert torch.allclose(y, F.linear(x, w, bias), rtol=1e-5, atol=1e-4)
+            x = torch.randn(3, 2 * n_in, generator=g)[:, ::2]  # strided rows
+            assert torch.allclose(packed_linear(x, copy, b, n_out), F.linear(x, w, b), atol=1e-4)
+        dec = decoder()
+        w = dec.token_embedding.weight  # [n_vocab, d], column-major
+        x = torch.randn(5, 1, w.shape[1], generator=g)
+        y = logits(x, w, "packed", None, packed(w))
+        assert torch.allclose(y, x @ w.T, rtol=1e-5, atol=1e-4)
+    assert packed_linear(x, None, None, 7) is None  # no copy: the caller takes another product
+
+
+@pytest.mark.parametrize("isa", ["avx2", "generic"])
+def test_the_packed_kernel_of_narrower_cpus(isa: str) -> None:
+    """The packed kernel's AVX2 and generic forms (what other hosts run), taken here by
+    XATTN_PACKED_ISA: the plain product's numbers."""
+    if packed(torch.zeros(32, 8)) is None:
+        pytest.skip("the C++ extension is not built (make install builds it)")
+    script = (
+        "import torch, torch.nn.functional as F\n"
+        "from xattn.model.linear import packed, packed_linear\n"
+        "torch.set_grad_enabled(False)\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        "w, b = torch.randn(1000, 96, generator=g), torch.randn(1000, generator=g)\n"
+        "for rows in (1, 2, 3, 4, 7, 9):\n"
+        "    x = torch.randn(rows, 96, generator=g)\n"
+        "    y = packed_linear(x, packed(w), b, 1000)\n"
+        "    assert torch.allclose(y, F.linear(x, w, b), rtol=1e-5, atol=1e-4), rows\n"
+    )
+    env = {**os.environ, "XATTN_PACKED_ISA": isa}
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=120)

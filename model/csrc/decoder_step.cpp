@@ -5,24 +5,145 @@
 // CacheBatch holds them. The layer maps take the plain product (at::linear) or split_linear's
 // (xattn/model/linear.py), as the CPU's StepKernels say; a step whose maps take oneDNN's
 // kernel stays on the Python path (xattn/model/fused.py decides).
+#include <ATen/Parallel.h>
 #include <torch/extension.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 using at::Tensor;
 
-// How split_linear (xattn/model/linear.py) splits: into `blocks` row blocks of W (SPLIT), for
-// up to `max_rows` rows (SPLIT_ROWS); Python passes its constants. blocks 0: no split.
-struct Split {
+// --- the packed product: x @ Wᵀ + b for a few rows, W read once for all of them -------------
+// W [N, K] is copied once into column blocks of 32 (`pack`: [N/32, K, 32], zero-padded), so
+// that a block is one contiguous stream and its 32 sums of every row stay in registers while
+// the block streams by; the threads take blocks. MKL's and oneDNN's products for 2 to 8 rows
+// read W at a fraction of the memory speed on our hosts; this reads it at about that speed,
+// with each sum taken over K in order (fp32, fused multiply-adds).
+constexpr int64_t kBlock = 32;
+
+Tensor pack(const Tensor& w) {
+  const int64_t n = w.size(0), k = w.size(1), blocks = (n + kBlock - 1) / kBlock;
+  auto padded = at::zeros({blocks * kBlock, k}, w.options());
+  padded.narrow(0, 0, n).copy_(w);
+  return padded.view({blocks, kBlock, k}).transpose(1, 2).contiguous();  // [N/32, K, 32]
+}
+
+// R rows of x (row stride ldx) times one packed block w [K, 32] -> out [R, 32], in vectors of
+// `Lanes` floats (AVX-512: 16, AVX2: 8; elsewhere 4, as the compiler lowers them).
+#define XATTN_BLOCK_KERNEL(NAME, LANES)                                                  \
+  template <int R>                                                                       \
+  static void NAME(const float* x, int64_t ldx, const float* w, int64_t k, float* out) { \
+    typedef float vec __attribute__((vector_size(LANES * 4), aligned(4)));               \
+    constexpr int V = kBlock / LANES;                                                    \
+    vec acc[R][V];                                                                       \
+    for (int r = 0; r < R; ++r)                                                          \
+      for (int v = 0; v < V; ++v) acc[r][v] = vec{};                                     \
+    for (int64_t i = 0; i < k; ++i) {                                                    \
+      const float* row = w + i * kBlock;                                                 \
+      __builtin_prefetch(row + 32 * kBlock);                                             \
+      __builtin_prefetch(row + 32 * kBlock + 16);                                        \
+      vec wv[V];                                                                         \
+      for (int v = 0; v < V; ++v) wv[v] = *reinterpret_cast<const vec*>(row + v * LANES); \
+      for (int r = 0; r < R; ++r) {                                                      \
+        const float xv = x[r * ldx + i];                                                 \
+        for (int v = 0; v < V; ++v) acc[r][v] += xv * wv[v];                             \
+      }                                                                                  \
+    }                                                                                    \
+    for (int r = 0; r < R; ++r)                                                          \
+      for (int v = 0; v < V; ++v) *reinterpret_cast<vec*>(out + r * kBlock + v * LANES) = acc[r][v]; \
+  }
+
+#if defined(__x86_64__)
+#pragma GCC push_options
+#pragma GCC target("avx512f,fma")
+XATTN_BLOCK_KERNEL(block512, 16)
+#pragma GCC pop_options
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+XATTN_BLOCK_KERNEL(block256, 8)
+#pragma GCC pop_options
+#endif
+XATTN_BLOCK_KERNEL(block128, 4)
+
+using BlockFn = void (*)(const float*, int64_t, const float*, int64_t, float*);
+
+// The block kernels this CPU runs, for 1, 2, ... rows at a time: as many rows as its vector
+// registers hold sums for. XATTN_PACKED_ISA=avx2 or generic takes a narrower one (tests).
+static const std::vector<BlockFn>& block_kernels() {
+  static const std::vector<BlockFn> k128{block128<1>, block128<2>};
+#if defined(__x86_64__)
+  static const std::vector<BlockFn> k512{block512<1>, block512<2>, block512<3>, block512<4>,
+                                         block512<5>, block512<6>, block512<7>, block512<8>};
+  static const std::vector<BlockFn> k256{block256<1>, block256<2>, block256<3>};
+  static const std::vector<BlockFn>* chosen = [] {
+    const char* isa = std::getenv("XATTN_PACKED_ISA");
+    const std::string want = isa ? isa : "";
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (want != "avx2" && want != "generic" && __builtin_cpu_supports("avx512f")) return &k512;
+    if (want != "generic" && avx2) return &k256;
+    return &k128;
+  }();
+  return *chosen;
+#else
+  return k128;
+#endif
+}
+
+// x [..., K] @ Wᵀ + b through W's `pack`ed copy: [..., N].
+Tensor packed_linear(const Tensor& input, const Tensor& packed, const c10::optional<Tensor>& bias,
+                     int64_t n) {
+  TORCH_CHECK(input.scalar_type() == at::kFloat && packed.scalar_type() == at::kFloat, "fp32");
+  const auto x = input.contiguous();
+  const int64_t k = packed.size(1), rows = x.numel() / k, blocks = packed.size(0);
+  TORCH_CHECK(x.size(-1) == k && blocks * kBlock >= n, "shapes");
+  auto shape = x.sizes().vec();
+  shape.back() = n;
+  auto y = at::empty(shape, x.options());
+  const float* b = bias && bias->defined() ? bias->data_ptr<float>() : nullptr;
+  const float* xp = x.data_ptr<float>();
+  const float* wp = packed.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  const auto& kernels = block_kernels();
+  const int64_t group = static_cast<int64_t>(kernels.size());
+  at::parallel_for(0, blocks, 4, [&](int64_t first, int64_t last) {
+    alignas(64) float out[8 * kBlock];
+    for (int64_t j = first; j < last; ++j) {
+      const int64_t cols = std::min(kBlock, n - j * kBlock);
+      for (int64_t r0 = 0; r0 < rows; r0 += group) {
+        const int64_t g = std::min(group, rows - r0);
+        kernels[g - 1](xp + r0 * k, k, wp + j * k * kBlock, k, out);
+        for (int64_t r = 0; r < g; ++r) {
+          float* dst = yp + (r0 + r) * n + j * kBlock;
+          for (int64_t c = 0; c < cols; ++c) {
+            dst[c] = out[r * kBlock + c] + (b ? b[j * kBlock + c] : 0.f);
+          }
+        }
+      }
+    }
+  });
+  return y;
+}
+
+// The product a step's layer maps take (StepKernels, xattn/model/linear.py): the plain one
+// (at::linear), split_linear's (into `blocks` row blocks of W, SPLIT, for up to `max_rows`
+// rows, SPLIT_ROWS; Python passes its constants) or the packed one (over `packed` copies).
+enum class Product { plain = 0, split = 1, packed = 2 };
+struct Kernel {
+  Product product;
   int64_t blocks, max_rows;
 };
 
-// x @ Wᵀ + b: at::linear, or as split_linear computes it (one bmm over the row blocks of W;
-// at::linear where it does not apply, as there).
-static Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, const Split& split) {
-  const int64_t out = w.size(0), in = w.size(1), rows = x.numel() / in, s = split.blocks;
-  if (s == 0 || rows > split.max_rows || out % s || !w.is_contiguous()) {
+// x @ Wᵀ + b by the kernel's product (at::linear where split_linear does not apply, as there);
+// pw: W's packed copy.
+static Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& pw,
+                     const Kernel& kernel) {
+  if (kernel.product == Product::packed) return packed_linear(x, pw, b, w.size(0));
+  const int64_t out = w.size(0), in = w.size(1), rows = x.numel() / in, s = kernel.blocks;
+  if (kernel.product == Product::plain || rows > kernel.max_rows || out % s ||
+      !w.is_contiguous()) {
     return at::linear(x, w, b);
   }
   auto blocks = w.view({s, out / s, in});                            // [S, out/S, in]
@@ -98,18 +219,21 @@ static Tensor joined(const std::vector<Tensor>& parts) {
 // cross_k[l * C + c] [1 or rows, H, d_k, F], cross_v[l * C + c] [1 or rows, H, F, d_k]
 // (1 with several rows: they attend over one window, as beams do). Returns the states
 // [B, 1, d] before the final LayerNorm, then each layer's pre-softmax cross-attention scores
-// [B, H, 1, F] when `need_scores`. `split_kernel`: the layer maps take split_linear's product
-// (of `split_blocks` blocks, up to `split_rows` rows), else the plain one.
+// [B, H, 1, F] when `need_scores`. `product`: the layer maps' (Product; split_linear's of
+// `split_blocks` blocks, up to `split_rows` rows); `packed`: for the packed product, each
+// layer's six maps packed (qkv, attention out, query, cross out, fc1, fc2).
 std::vector<Tensor> decoder_step(Tensor x, const std::vector<Tensor>& weights,
                                  const std::vector<Tensor>& self_k,
                                  const std::vector<Tensor>& self_v,
                                  const std::vector<int64_t>& lengths,
                                  const std::vector<Tensor>& cross_k,
                                  const std::vector<Tensor>& cross_v, int64_t n_head,
-                                 bool need_scores, bool split_kernel, int64_t split_blocks,
-                                 int64_t split_rows) {
+                                 bool need_scores, int64_t product, int64_t split_blocks,
+                                 int64_t split_rows, const std::vector<Tensor>& packed) {
   c10::InferenceMode guard;
-  const Split split{split_kernel ? split_blocks : 0, split_rows};
+  const Kernel kernel{static_cast<Product>(product), split_blocks, split_rows};
+  TORCH_CHECK(kernel.product != Product::packed || packed.size() == 6 * weights.size() / 18,
+              "six packed maps a layer");
   const int64_t b = x.size(0), d = x.size(-1), d_k = d / n_head;
   const size_t caches = self_k.size();
   const int64_t layers = static_cast<int64_t>(cross_k.size() / caches);
@@ -120,8 +244,13 @@ std::vector<Tensor> decoder_step(Tensor x, const std::vector<Tensor>& weights,
   std::vector<Tensor> out{Tensor()};
   for (int64_t l = 0; l < layers; ++l) {
     const Tensor* w = &weights[18 * l];
+    const Tensor* pw = packed.empty() ? nullptr : &packed[6 * l];
+    auto map = [&](const Tensor& in, int i) {  // the layer's i-th map (of six)
+      static const int at_[] = {2, 4, 8, 10, 14, 16};
+      return linear(in, w[at_[i]], w[at_[i] + 1], pw ? pw[i] : Tensor(), kernel);
+    };
     // self-attention, each cache's rows over their own past (SelfAttention.forward, t == 1)
-    auto qkv = linear(at::layer_norm(x, {d}, w[0], w[1]), w[2], w[3], split).chunk(3, -1);
+    auto qkv = map(at::layer_norm(x, {d}, w[0], w[1]), 0).chunk(3, -1);
     auto heads = [&](const Tensor& t) { return t.view({b, 1, n_head, d_k}).transpose(1, 2); };
     auto q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);  // [B, H, 1, d_k]
     std::vector<Tensor> ys;
@@ -133,9 +262,9 @@ std::vector<Tensor> decoder_step(Tensor x, const std::vector<Tensor>& weights,
       ys.push_back(at::scaled_dot_product_attention(q.slice(0, r0, r1), keys.narrow(2, 0, n + 1),
                                                     values.narrow(2, 0, n + 1)));
     }
-    x = x + linear(joined(ys).transpose(1, 2).reshape({b, 1, d}), w[4], w[5], split);
+    x = x + map(joined(ys).transpose(1, 2).reshape({b, 1, d}), 1);
     // cross-attention (CrossAttention.forward and attend), run by run
-    q = heads(linear(at::layer_norm(x, {d}, w[6], w[7]), w[8], w[9], split));  // [B, H, 1, d_k]
+    q = heads(map(at::layer_norm(x, {d}, w[6], w[7]), 2));  // [B, H, 1, d_k]
     std::vector<Tensor> layer_k(cross_k.begin() + l * caches, cross_k.begin() + (l + 1) * caches);
     std::vector<Tensor> layer_v(cross_v.begin() + l * caches, cross_v.begin() + (l + 1) * caches);
     std::vector<Tensor> parts, scores;
@@ -144,10 +273,10 @@ std::vector<Tensor> decoder_step(Tensor x, const std::vector<Tensor>& weights,
       parts.push_back(y);
       scores.push_back(s);
     }
-    x = x + linear(joined(parts).transpose(1, 2).reshape({b, 1, d}), w[10], w[11], split);
+    x = x + map(joined(parts).transpose(1, 2).reshape({b, 1, d}), 3);
     // MLP
-    auto h = linear(at::layer_norm(x, {d}, w[12], w[13]), w[14], w[15], split);
-    x = x + linear(at::gelu(h), w[16], w[17], split);
+    auto h = map(at::layer_norm(x, {d}, w[12], w[13]), 4);
+    x = x + map(at::gelu(h), 5);
     if (need_scores) out.push_back(joined(scores));
   }
   out[0] = x;
@@ -157,5 +286,8 @@ std::vector<Tensor> decoder_step(Tensor x, const std::vector<Tensor>& weights,
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   // without the GIL while it runs (as torch's own ops): the server's other threads go on
   m.def("decoder_step", &decoder_step, "one cached decoder step over every layer",
+        py::call_guard<py::gil_scoped_release>());
+  m.def("pack", &pack, "W [N, K] in column blocks for packed_linear");
+  m.def("packed_linear", &packed_linear, "x @ W.T + b over W's packed copy",
         py::call_guard<py::gil_scoped_release>());
 }
