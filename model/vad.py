@@ -109,13 +109,23 @@ class SileroVad(nn.Module):
         return vad.eval()
 
     def features(self, chunks: torch.Tensor) -> torch.Tensor:
-        """Per-chunk encoder output: chunks [N, 576] -> [N, 128]."""
-        x = nn.functional.pad(chunks, (0, CONTEXT), mode="reflect")[:, None]  # [N, 1, 640]
-        spec = self.stft(x)  # [N, 258, 4]
-        x = torch.sqrt(spec[:, :129] ** 2 + spec[:, 129:] ** 2)  # [N, 129, 4] magnitude
+        """Per-chunk encoder output: chunks [N, 576] -> [N, 128]. The convolutions run as
+        matrix products over the chunks, position by position (a chunk has 4 STFT frames):
+        the same sums as conv1d up to rounding, 2x faster for a 10-minute file (tiny
+        lengths and a huge batch are conv1d's slowest shape)."""
+        n, hop = chunks.shape[0], self.stft.stride[0]  # hop 128, frames of 256
+        width = self.stft.kernel_size[0]
+        basis = self.stft.weight[:, 0].T  # [256, 258]
+        spec = chunks.new_empty(4, n, basis.shape[1])  # [4, N, 258]: frames first
+        for f in range(3):  # inside the chunk: views with a row stride, no copy
+            torch.mm(chunks[:, f * hop : f * hop + width], basis, out=spec[f])
+        tail = nn.functional.pad(chunks[:, 3 * hop :], (0, CONTEXT), mode="reflect")  # [N, 256]
+        torch.mm(tail, basis, out=spec[3])
+        power = spec.square()  # [4, N, 258]
+        x = (power[..., :129] + power[..., 129:]).sqrt_()  # [4, N, 129] magnitude
         for conv in self.convs:
-            x = torch.relu(conv(x))  # [N, 128, 4] -> [N, 64, 2] -> [N, 64, 1] -> [N, 128, 1]
-        return x[:, :, 0]  # [N, 128]
+            x = conv_positions(x, conv).relu_()  # [4, N, 128] -> [2, N, 64] -> [1, N, 64] ...
+        return x[0]  # [N, 128]
 
     def forward(
         self, chunks: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -127,6 +137,20 @@ class SileroVad(nn.Module):
             h, state = self.lstm(feats[None], state)  # [1, N, 128]
         logits = self.out(torch.relu(h[0])[:, :, None])  # [N, 1, 1]
         return torch.sigmoid(logits)[:, 0, 0], state  # [N]
+
+
+def conv_positions(x: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
+    """conv1d (kernel 3, padding 1) over x [L, N, C] with the positions first: each output
+    position a sum of matrix products of its taps' positions [N, C] -> [L', N, O]."""
+    w, stride, length = conv.weight, conv.stride[0], x.shape[0]  # w [O, C, 3]
+    out = x.new_empty((length - 1) // stride + 1, x.shape[1], w.shape[0])  # [L', N, O]
+    for j in range(out.shape[0]):
+        taps = [(t, j * stride + t - 1) for t in range(3) if 0 <= j * stride + t - 1 < length]
+        (t, i), rest = taps[0], taps[1:]
+        torch.addmm(conv.bias, x[i], w[:, :, t].T, out=out[j])
+        for t, i in rest:
+            out[j].addmm_(x[i], w[:, :, t].T)
+    return out
 
 
 @contextlib.contextmanager
