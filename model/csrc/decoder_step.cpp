@@ -32,28 +32,32 @@ Tensor pack(const Tensor& w) {
 }
 
 // R rows of x (row stride ldx) times one packed block w [K, 32] -> out [R, 32], in vectors of
-// `Lanes` floats (AVX-512: 16, AVX2: 8; elsewhere 4, as the compiler lowers them).
-#define XATTN_BLOCK_KERNEL(NAME, LANES)                                                  \
-  template <int R>                                                                       \
-  static void NAME(const float* x, int64_t ldx, const float* w, int64_t k, float* out) { \
-    typedef float vec __attribute__((vector_size(LANES * 4), aligned(4)));               \
-    constexpr int V = kBlock / LANES;                                                    \
-    vec acc[R][V];                                                                       \
-    for (int r = 0; r < R; ++r)                                                          \
-      for (int v = 0; v < V; ++v) acc[r][v] = vec{};                                     \
-    for (int64_t i = 0; i < k; ++i) {                                                    \
-      const float* row = w + i * kBlock;                                                 \
-      __builtin_prefetch(row + 32 * kBlock);                                             \
-      __builtin_prefetch(row + 32 * kBlock + 16);                                        \
-      vec wv[V];                                                                         \
-      for (int v = 0; v < V; ++v) wv[v] = *reinterpret_cast<const vec*>(row + v * LANES); \
-      for (int r = 0; r < R; ++r) {                                                      \
-        const float xv = x[r * ldx + i];                                                 \
-        for (int v = 0; v < V; ++v) acc[r][v] += xv * wv[v];                             \
-      }                                                                                  \
-    }                                                                                    \
-    for (int r = 0; r < R; ++r)                                                          \
-      for (int v = 0; v < V; ++v) *reinterpret_cast<vec*>(out + r * kBlock + v * LANES) = acc[r][v]; \
+// LANES floats (AVX-512: 16, AVX2: 8; elsewhere 4, as the compiler lowers them), two vectors
+// of columns a pass over K: the R x 2 sums stay in registers (R up to 8 with AVX-512's 32
+// registers, 6 with 16). A second pass reads the cache lines the first one brought in.
+#define XATTN_BLOCK_KERNEL(NAME, LANES)                                                    \
+  template <int R>                                                                         \
+  static void NAME(const float* x, int64_t ldx, const float* w, int64_t k, float* out) {   \
+    typedef float vec __attribute__((vector_size(LANES * 4), aligned(4)));                 \
+    for (int c = 0; c < kBlock; c += 2 * LANES) {                                          \
+      vec acc[R][2];                                                                       \
+      for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = vec{};                           \
+      for (int64_t i = 0; i < k; ++i) {                                                    \
+        const float* row = w + i * kBlock + c;                                             \
+        __builtin_prefetch(row + 32 * kBlock);                                             \
+        const vec w0 = *reinterpret_cast<const vec*>(row);                                 \
+        const vec w1 = *reinterpret_cast<const vec*>(row + LANES);                         \
+        for (int r = 0; r < R; ++r) {                                                      \
+          const float xv = x[r * ldx + i];                                                 \
+          acc[r][0] += xv * w0;                                                            \
+          acc[r][1] += xv * w1;                                                            \
+        }                                                                                  \
+      }                                                                                    \
+      for (int r = 0; r < R; ++r) {                                                        \
+        *reinterpret_cast<vec*>(out + r * kBlock + c) = acc[r][0];                         \
+        *reinterpret_cast<vec*>(out + r * kBlock + c + LANES) = acc[r][1];                 \
+      }                                                                                    \
+    }                                                                                      \
   }
 
 #if defined(__x86_64__)
@@ -73,11 +77,13 @@ using BlockFn = void (*)(const float*, int64_t, const float*, int64_t, float*);
 // The block kernels this CPU runs, for 1, 2, ... rows at a time: as many rows as its vector
 // registers hold sums for. XATTN_PACKED_ISA=avx2 or generic takes a narrower one (tests).
 static const std::vector<BlockFn>& block_kernels() {
-  static const std::vector<BlockFn> k128{block128<1>, block128<2>};
+  static const std::vector<BlockFn> k128{block128<1>, block128<2>, block128<3>,
+                                         block128<4>, block128<5>, block128<6>};
 #if defined(__x86_64__)
   static const std::vector<BlockFn> k512{block512<1>, block512<2>, block512<3>, block512<4>,
                                          block512<5>, block512<6>, block512<7>, block512<8>};
-  static const std::vector<BlockFn> k256{block256<1>, block256<2>, block256<3>};
+  static const std::vector<BlockFn> k256{block256<1>, block256<2>, block256<3>,
+                                         block256<4>, block256<5>, block256<6>};
   static const std::vector<BlockFn>* chosen = [] {
     const char* isa = std::getenv("XATTN_PACKED_ISA");
     const std::string want = isa ? isa : "";
