@@ -45,6 +45,7 @@ Tensor pack(const Tensor& w) {
       for (int64_t i = 0; i < k; ++i) {                                                    \
         const float* row = w + i * kBlock + c;                                             \
         __builtin_prefetch(row + 32 * kBlock);                                             \
+        if (LANES == 16) __builtin_prefetch(row + 32 * kBlock + 16);                       \
         const vec w0 = *reinterpret_cast<const vec*>(row);                                 \
         const vec w1 = *reinterpret_cast<const vec*>(row + LANES);                         \
         for (int r = 0; r < R; ++r) {                                                      \
