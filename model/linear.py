@@ -10,7 +10,7 @@
 - Any rows, where the C++ extension is built (`packed_linear`, xattn.model.fused): our own
   kernel over a copy of W in column blocks (`packed`), which reads W once for up to 8 rows
   at about memory speed (a beam's 5 rows of tiny.en's projection: ~2.0 ms against ~2.2 with
-  oneDNN's kernel and ~3.2 with MKL's, in a loop; in a real beam step the margin is larger).
+  oneDNN's kernel and ~3.2 with MKL's, in a loop; 2.3 against 3.4 in a real beam step).
 
 Each returns None where it does not apply, and the caller takes the plain product.
 
@@ -150,24 +150,22 @@ def _extension():  # noqa: ANN202 - the built module, or None (xattn.model.fused
 def step_copies(maps: Sequence[Linear], projection: Tensor) -> tuple[Tensor | None, ...]:
     """Copies of the weights a step of 2 rows or more reads, in the layouts of the kernels its
     maps' `kernels` name for such rows (`blocked` for oneDNN's, `packed` for ours), set on the
-    maps; and the projection's for `logits`: (blocked, packed)."""
+    maps; and the projection's for `logits`, (blocked, packed): packed where the maps take
+    the packed kernel for some rows (then it wins for the projection's too), else blocked."""
     kinds = {maps[0].kernels.few, maps[0].kernels.many}
     for m in maps:
         m.blocked = blocked(m.weight) if "onednn" in kinds else None
         m.packed = packed(m.weight) if "packed" in kinds else None
     ours = packed(projection) if "packed" in kinds else None
-    return (None if ours is not None and kinds == {"packed"} else blocked(projection)), ours
+    return (blocked(projection) if ours is None else None), ours
 
 
-def logits(
-    x: Tensor, w: Tensor, kernel: str, blocked_w: Tensor | None, packed_w: Tensor | None
-) -> Tensor:
+def logits(x: Tensor, w: Tensor, blocked_w: Tensor | None, packed_w: Tensor | None) -> Tensor:
     """x @ wᵀ for the output projection w [n_vocab, d] (column-major): one row through
-    `split_columns`; more through the packed kernel where `kernel` (the layer maps' for as
-    many rows) names it, else oneDNN's (over its blocked copy, else w as stored); the plain
-    product where none applies."""
+    `split_columns`; more through the packed kernel over `packed_w`, else oneDNN's (over
+    `blocked_w`, else w as stored); the plain product where none applies."""
     y = None
-    if kernel == "packed" and x.numel() > x.shape[-1]:
+    if x.numel() > x.shape[-1]:
         y = packed_linear(x, packed_w, None, w.shape[0])
     if y is None:
         y = onednn_linear(x, w if blocked_w is None else blocked_w, None)

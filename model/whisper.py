@@ -299,12 +299,10 @@ class TextDecoder(nn.Module):
 
     def project(self, h: Tensor) -> Tensor:
         """Logits [B, T, n_vocab] of states h [B, T, d] before the final LayerNorm
-        (`xattn.model.linear.logits`: on a CPU, the product the layer maps take for as many
-        rows, over the copies `pack` made)."""
+        (`xattn.model.linear.logits`, on a CPU over the copy `pack` made for several rows)."""
         x = self.ln(h)  # [B, T, d]
-        kernel = self.blocks[0].mlp[0].kernels.for_rows(x.numel() // x.shape[-1])
         w = self.token_embedding.weight  # [n_vocab, d], column-major
-        return logits(x, w, kernel, self._blocked, self._packed_projection).float()
+        return logits(x, w, self._blocked, self._packed_projection).float()
 
 
 class Whisper(nn.Module):

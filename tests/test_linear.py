@@ -199,7 +199,7 @@ def test_the_packed_kernel_is_the_plain_product() -> None:
         dec = decoder()
         w = dec.token_embedding.weight  # [n_vocab, d], column-major
         x = torch.randn(5, 1, w.shape[1], generator=g)
-        y = logits(x, w, "packed", None, packed(w))
+        y = logits(x, w, None, packed(w))
         assert torch.allclose(y, x @ w.T, rtol=1e-5, atol=1e-4)
     assert packed_linear(x, None, None, 7) is None  # no copy: the caller takes another product
 
