@@ -25,10 +25,11 @@ $(STAMP): pyproject.toml $(CONSTRAINTS) | $(PY)
 	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(PY) -m pip install -c $(CONSTRAINTS) -e '.[base,test]'
 	touch $(STAMP)
 
-# the C++ decoder step (xattn.model.fused): built again when its source changes; without a
-# compiler and ninja it is not built and the Python step runs (same results)
+# the C++ decoder step (xattn.model.fused): built again when its source or its flags
+# (model/fused.py) change; without a compiler and ninja it is not built and the Python step
+# runs (the same results up to float rounding)
 FUSED := $(VENV)/.fused
-$(FUSED): model/csrc/decoder_step.cpp $(STAMP)
+$(FUSED): model/csrc/decoder_step.cpp model/fused.py $(STAMP)
 	$(PY) -m xattn.model.fused
 	touch $(FUSED)
 

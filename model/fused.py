@@ -42,14 +42,15 @@ log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("csrc") / "decoder_step.cpp"
 NAME = "xattn_decoder_step"
-FLAGS = ["-O2", "-fopenmp"]  # OpenMP: packed_linear's at::parallel_for runs on its threads
+# OpenMP: packed_linear's at::parallel_for runs on its threads (compiled and linked with it)
+FLAGS, LDFLAGS = ["-O2", "-fopenmp"], ["-fopenmp"]
 PRODUCTS = ("plain", "split", "packed")  # the layer maps' products it runs (StepKernels)
 
 
 def build_directory() -> Path:
     """Where the build lives: one folder per torch version and source (their hash)."""
     root = os.environ.get("XATTN_EXTENSIONS") or Path.home() / ".cache" / "xattn" / "extensions"
-    made = SOURCE.read_bytes() + torch.__version__.encode() + " ".join(FLAGS).encode()
+    made = SOURCE.read_bytes() + torch.__version__.encode() + " ".join(FLAGS + LDFLAGS).encode()
     tag = hashlib.sha256(made).hexdigest()[:12]
     return Path(root) / f"decoder_step-{tag}"
 
@@ -65,7 +66,7 @@ def build() -> ModuleType:
         sources=[str(SOURCE)],
         build_directory=str(folder),
         extra_cflags=FLAGS,
-        extra_ldflags=["-fopenmp"],
+        extra_ldflags=LDFLAGS,
         verbose=False,
     )
 
@@ -104,16 +105,14 @@ def step(
     blocks = decoder.blocks
     first = blocks[0].mlp[0]
     kernel = first.kernels.for_rows(x.shape[0])
-    if first.weight.dtype != torch.float32 or kernel not in PRODUCTS:
-        return None
-    copies = packed_maps(decoder) if kernel == "packed" else []
-    if kernel == "packed" and not copies:
-        kernel = "plain"  # as Linear: no packed copies (not packed yet), the plain product
-    if torch.is_grad_enabled():
+    if first.weight.dtype != torch.float32 or kernel not in PRODUCTS or torch.is_grad_enabled():
         return None
     ext = extension()
     if ext is None:
         return None
+    copies = packed_maps(decoder) if kernel == "packed" else []
+    if kernel == "packed" and not copies:
+        kernel = "plain"  # as Linear: no packed copies (not packed yet), the plain product
     caches = cache.caches if isinstance(cache, CacheBatch) else [cache]
     out = ext.decoder_step(
         x,
