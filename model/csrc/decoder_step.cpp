@@ -34,27 +34,31 @@ Tensor pack(const Tensor& w) {
 // R rows of x (row stride ldx) times one packed block w [K, 32] -> out [R, 32], in vectors of
 // LANES floats (AVX-512: 16, AVX2: 8; elsewhere 4, as the compiler lowers them), two vectors
 // of columns a pass over K: the R x 2 sums stay in registers (R up to 8 with AVX-512's 32
-// registers, 6 with 16). A second pass reads the cache lines the first one brought in.
+// registers, 6 with 16). A second pass reads the cache lines the first one brought in. The
+// loops over rows are unrolled: left as loops, GCC kept the sums on the stack (a load and a
+// store around every multiply-add; 5 rows 1.4x, 8 rows 1.7x slower from cache).
+// Prefetching 64 rows of the block ahead (8 KB) into L2 (prefetcht1) read W 8-10 % faster
+// for 5 and 8 rows than 32 rows ahead into L1, from memory and from cache alike.
 #define XATTN_BLOCK_KERNEL(NAME, LANES)                                                    \
   template <int R>                                                                         \
   static void NAME(const float* x, int64_t ldx, const float* w, int64_t k, float* out) {   \
     typedef float vec __attribute__((vector_size(LANES * 4), aligned(4)));                 \
     for (int c = 0; c < kBlock; c += 2 * LANES) {                                          \
       vec acc[R][2];                                                                       \
-      for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = vec{};                           \
+      _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = vec{};   \
       for (int64_t i = 0; i < k; ++i) {                                                    \
         const float* row = w + i * kBlock + c;                                             \
-        __builtin_prefetch(row + 32 * kBlock);                                             \
-        if (LANES == 16) __builtin_prefetch(row + 32 * kBlock + 16);                       \
+        __builtin_prefetch(row + 64 * kBlock, 0, 2);                                       \
+        if (LANES == 16) __builtin_prefetch(row + 64 * kBlock + 16, 0, 2);                 \
         const vec w0 = *reinterpret_cast<const vec*>(row);                                 \
         const vec w1 = *reinterpret_cast<const vec*>(row + LANES);                         \
-        for (int r = 0; r < R; ++r) {                                                      \
+        _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {                              \
           const float xv = x[r * ldx + i];                                                 \
           acc[r][0] += xv * w0;                                                            \
           acc[r][1] += xv * w1;                                                            \
         }                                                                                  \
       }                                                                                    \
-      for (int r = 0; r < R; ++r) {                                                        \
+      _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {                                \
         *reinterpret_cast<vec*>(out + r * kBlock + c) = acc[r][0];                         \
         *reinterpret_cast<vec*>(out + r * kBlock + c + LANES) = acc[r][1];                 \
       }                                                                                    \
