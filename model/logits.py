@@ -54,10 +54,10 @@ BLOCK = 64  # top_k's blocks of tokens
 
 
 def top_k(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    """The k largest values of each row of x [..., n] and their ids, as x.topk(k): from the k
-    blocks of BLOCK values with the largest maxima (they hold the k largest values), 3-5x
-    faster over a vocabulary on a CPU; x.topk(k) itself where a row has fewer than k finite
-    values (the ids of equal values may then come in another order)."""
+    """The k largest values of each row of x [..., n] and their ids, as x.topk(k) (equal values'
+    ids possibly in another order): from the k blocks of BLOCK values with the largest maxima
+    (they hold the k largest values), 3-5x faster over a vocabulary on a CPU; x.topk(k)
+    itself where a row has fewer than k finite values."""
     *lead, n = x.shape
     whole = n // BLOCK
     if whole < k or not x.is_cpu:
