@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import torch
@@ -47,7 +48,7 @@ class Candidate:
     sum_logprob: float  # a float32 value, summed in float32 as the reference does
     finished: bool = False
 
-    @property
+    @cached_property  # read several times a step: by the search, the rules, the settled prefix
     def tokens(self) -> tuple[int, ...]:
         """The sampled tokens without the end-of-text."""
         n = len(self.steps) - self.finished
@@ -199,8 +200,7 @@ class WindowRows:
 def filtered(rules: LogitRules, logits: torch.Tensor, histories: list[list[int]]) -> torch.Tensor:
     """Each row's logits [R, n_vocab] through the logit rules given its tokens (in place, the
     reference's filters), and their log-probabilities [R, n_vocab]."""
-    for row, tokens in zip(logits, histories, strict=True):
-        rules.mask(row, tokens)
+    rules.mask_rows(logits, histories)
     return rules.prefer_timestamps(logits)  # [R, n_vocab]
 
 

@@ -115,12 +115,20 @@ class LogitRules:
     def mask(self, logits: torch.Tensor, tokens: list[int]) -> None:
         """The rules that forbid tokens outright: -inf in `logits` [n_vocab] in place, given
         every token so far (then `prefer_timestamps`)."""
-        sampled = tokens[self.sample_begin :]
+        self.mask_rows(logits[None], [tokens])
+
+    def mask_rows(self, logits: torch.Tensor, histories: list[list[int]]) -> None:
+        """`mask` for each row of `logits` [R, n_vocab] given its tokens; the suppressed ids
+        of every row at once (one indexed write, not one a row)."""
+        logits[:, self.suppress] = -math.inf
+        logits[:, self.no_timestamps] = -math.inf
+        for row, tokens in zip(logits, histories, strict=True):
+            self._mask_row(row, tokens[self.sample_begin :])
+
+    def _mask_row(self, logits: torch.Tensor, sampled: list[int]) -> None:
         ts = self.timestamp_begin
         if not sampled:
             logits[self.suppress_blank] = -math.inf
-        logits[self.suppress] = -math.inf
-        logits[self.no_timestamps] = -math.inf
         if not self.timestamps:
             logits[ts:] = -math.inf
             return

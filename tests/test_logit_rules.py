@@ -43,6 +43,27 @@ def test_one_row_as_the_reference_and_as_rows(seed: int) -> None:
         assert torch.equal(one, as_rows[r])  # the logits left as the rows path leaves them
 
 
+def test_rows_masked_as_each_row_alone() -> None:
+    rules = LogitRules(1, torch.tensor([3, 7, 20]), torch.tensor([0, 49]), 49, TS, 48, 5)
+    text = set(range(TS)) - {3, 7, 20, 48}  # never: the suppressed and <|notimestamps|>
+    allowed = {  # each history's allowed ids, by whisper's rules (sample_begin 1)
+        (1,): set(range(TS, TS + 6)),  # first: a timestamp, at most the 5th
+        (1, TS + 2, 4): text | set(range(TS + 3, 80)),  # monotone: after TS + 2
+        (1, TS + 2, 4, TS + 6): {49} | set(range(TS + 6, 80)),  # close the pair, or end
+        (1, TS + 2, 4, TS + 6, TS + 6): text,  # a pair closed: text
+        (1, 5, 6): text | set(range(TS, 80)),
+    }
+    for first in (True, False):  # a beam's rows are all at one length
+        rows = [list(h) for h in allowed if (len(h) == 1) == first]
+        logits = torch.randn(len(rows), 80)
+        one_by_one = logits.clone()
+        rules.mask_rows(logits, rows)
+        for row, alone, tokens in zip(logits, one_by_one, rows, strict=True):
+            rules.mask(alone, tokens)
+            assert set(row.isfinite().nonzero()[:, 0].tolist()) == allowed[tuple(tokens)]
+            assert torch.equal(row, alone)
+
+
 def test_first_max_as_torch_argmax() -> None:
     cases = [
         torch.tensor([0.0, 3.0, 3.0, -1.0]),  # a tie: the first
