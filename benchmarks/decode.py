@@ -166,6 +166,33 @@ def encoder_seconds(pipe: Pipeline, mel: torch.Tensor, repeats: int) -> float:
     return median(round_robin({"enc": run}, repeats)["enc"])
 
 
+def encoder_bound(d: ModelDims, ceiling: float, repeats: int) -> dict[str, float]:
+    """How close to the fp32 matmul ceiling an encoder can come here: its matmuls at the
+    ceiling, plus what is not a matmul at torch's own speed on this CPU (softmax over blocks of
+    64 query rows that stay in cache, as a fused attention meets them; exact GELU; LayerNorms;
+    residual adds), each timed here."""
+    n, s, layers, heads = d.n_audio_ctx, d.n_audio_state, d.n_audio_layer, d.n_audio_head
+    rows = 2 * 64  # one block of 64 query rows a thread
+    block = torch.randn(2, 64, n)  # [threads, queries, frames]
+    h, x = torch.randn(n, 4 * s), torch.randn(n, s)  # [frames, 4d], [frames, d]
+    w, b = torch.ones(s), torch.zeros(s)
+    with torch.inference_mode():
+        parts = {
+            "softmax": results.best_seconds(lambda: block.softmax(-1), repeats)
+            * (heads * n / rows),
+            "GELU": results.best_seconds(lambda: F.gelu(h), repeats),
+            "LayerNorm": results.best_seconds(lambda: F.layer_norm(x, (s,), w, b), repeats) * 2,
+            "adds": results.best_seconds(lambda: x + x, repeats) * 2,
+        }
+    matmuls = sum(encoder_flops(d).values()) / ceiling / 1e9
+    other = layers * sum(parts.values())
+    return {
+        "ms, matmuls at the ceiling": round(matmuls * 1e3, 1),
+        **{f"ms, {k} (all layers)": round(v * layers * 1e3, 1) for k, v in parts.items()},
+        "at most, of the ceiling": round(matmuls / (matmuls + other), 3),
+    }
+
+
 # --- 3. decoder -------------------------------------------------------------------------------
 
 
@@ -466,6 +493,13 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"   GFLOP/s               {total / enc / 1e9:8.1f}   "
         f"= {total / enc / 1e9 / ceiling:.0%} of the fp32 matmul ceiling ({ceiling:.0f})"
+    )
+    bound = figures["encoder bound (fp32)"] = encoder_bound(dims, ceiling, repeats)
+    print(
+        f"   bound                 {bound['at most, of the ceiling']:.0%} at most: the matmuls "
+        f"at the ceiling {bound['ms, matmuls at the ceiling']:.1f} ms, plus softmax, GELU, "
+        f"LayerNorm and adds at this CPU's speed "
+        f"{sum(v for k, v in bound.items() if k.endswith('(all layers)')):.1f} ms"
     )
     # 3. decoder
     with torch.inference_mode():
