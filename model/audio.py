@@ -12,6 +12,7 @@ the same 16 kHz array matches ``whisper.audio.log_mel_spectrogram`` to < 1e-4.
 
 from __future__ import annotations
 
+import errno
 import io
 import logging
 import math
@@ -57,8 +58,16 @@ BUDGET_VALUES_PER_SECOND = 2 * 48_000
 _BLOCK_VALUES = 1 << 18  # values libsndfile decodes per block (1 MiB of float32)
 _SF_UNKNOWN_FRAMES = 1 << 62  # libsndfile reports SF_COUNT_MAX frames for unknown lengths
 # FFmpeg demuxers such as concat, hls or sdp open further URLs named inside the data (local
-# files, sockets): for bytes, no protocol is allowed beyond the bytes handed over.
-_PYAV_OPTIONS = {"protocol_whitelist": "none"}
+# files, sockets): for bytes, no protocol is allowed beyond the bytes handed over. Only the
+# demuxers of audio files and of the usual audio/video containers may probe an input: the MPEG
+# program stream one (PyAV 16.1's libavformat 62.3) kills the process with a segmentation
+# fault, on a valid .mpg file as on the 6 KB input the fuzzer found
+# (tests/fuzz/regressions/ffmpeg-mpeg-ps-segfault).
+DEMUXERS = (
+    "wav,w64,aiff,au,caf,flac,mp3,ogg,matroska,webm,mov,mp4,m4a,3gp,3g2,mj2,aac,ac3,eac3,"
+    "amr,amrnb,amrwb,asf,avi,flv,mpegts,ape,wv,tta,dsf,voc,gsm,dts,truehd,xwma,nistsphere"
+)
+_PYAV_OPTIONS = {"protocol_whitelist": "none", "format_whitelist": DEMUXERS}
 
 
 class AudioError(ValueError):
@@ -201,10 +210,15 @@ def _decode_soundfile(src: object, max_seconds: float | None) -> np.ndarray | No
 
 def _decode_pyav(src: object, max_seconds: float | None) -> np.ndarray:
     try:
-        options = {"protocol_whitelist": "file"} if isinstance(src, str) else _PYAV_OPTIONS
+        options = _PYAV_OPTIONS | ({"protocol_whitelist": "file"} if isinstance(src, str) else {})
         # metadata that is not UTF-8 must not fail the decode (PyAV's default is "strict")
         container = av.open(src, mode="r", options=options, metadata_errors="replace")
     except av.error.FFmpegError as e:
+        if e.errno == errno.EINVAL:  # found a demuxer that is not one of DEMUXERS
+            raise AudioError(
+                "cannot decode audio: not a format xattn reads (WAV, FLAC, MP3, Ogg, MP4/M4A, "
+                "WebM/Matroska, AAC, AIFF, ASF/WMA, AVI, MPEG-TS, ...)"
+            ) from e
         raise AudioError(f"cannot decode audio: {e.strerror or e}") from e
     with container:
         if not container.streams.audio:

@@ -5,6 +5,7 @@ import shutil
 import struct
 from pathlib import Path
 
+import av
 import numpy as np
 import pytest
 import soundfile as sf
@@ -185,6 +186,27 @@ def test_empty_bytes() -> None:
 def test_random_bytes() -> None:
     with pytest.raises(AudioError, match="cannot decode audio"):
         decode_audio(np.random.default_rng(0).bytes(5000))
+
+
+def test_mpeg_program_stream_is_refused_not_a_crash(tmp_path: Path) -> None:
+    """PyAV 16.1's MPEG-PS demuxer kills the process even on a valid .mpg: it is not one of
+    the demuxers that may probe (audio.DEMUXERS), as bytes or as a file."""
+    buffer = io.BytesIO()
+    with av.open(buffer, mode="w", format="mpeg") as out:
+        stream = out.add_stream("mp2", rate=SAMPLE_RATE, layout="mono")
+        samples = _tone(SAMPLE_RATE, 1)[:, 0]  # [n]
+        for i in range(0, len(samples), 1152):
+            frame = av.AudioFrame.from_ndarray(samples[None, i : i + 1152], "flt", "mono")
+            frame.sample_rate = SAMPLE_RATE
+            for packet in stream.encode(frame):
+                out.mux(packet)
+        for packet in stream.encode(None):
+            out.mux(packet)
+    path = tmp_path / "tone.mpg"
+    path.write_bytes(buffer.getvalue())
+    for source in (buffer.getvalue(), path):
+        with pytest.raises(AudioError, match="not a format xattn reads"):
+            decode_audio(source)
 
 
 def test_truncated_flac(jfk_path: Path) -> None:
