@@ -2,9 +2,9 @@
 // xattn/model/whisper.py's TextDecoder computes it: the same ATen ops in the same order, so the
 // numbers are bitwise the Python path's, without its per-op Python and module calls (~0.7 ms
 // of a tiny.en step on 2 cores). The rows are those of one or more caches, as a KVCache or a
-// CacheBatch holds them. The layer maps take the plain product (at::linear) or split_linear's
-// (xattn/model/linear.py), as the CPU's StepKernels say; a step whose maps take oneDNN's
-// kernel stays on the Python path (xattn/model/fused.py decides).
+// CacheBatch holds them. The layer maps take the plain product (at::linear), split_linear's
+// (xattn/model/linear.py) or the packed one below, as the CPU's StepKernels say; a step whose
+// maps take oneDNN's kernel stays on the Python path (xattn/model/fused.py decides).
 #include <ATen/Parallel.h>
 #include <torch/extension.h>
 
