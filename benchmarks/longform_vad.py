@@ -13,6 +13,15 @@ them (seeded); its reference text is their transcripts joined. Each system runs 
 its own (model loaded and warmed up on 5 s first; the RSS is that process's peak), greedy at
 temperature 0 only, English, fp32 unless named int8. WER: openai-whisper's English normaliser
 and jiwer (benchmarks.wer).
+
+With ours-b8, its process then measures the floor of that run on this CPU (`floor`): how fast
+batched 8 could be with the work it did (its windows, its tokens) if the encoder ran at its
+bound (benchmarks.decode.encoder_bound: matmuls at the fp32 ceiling measured here, softmax,
+GELU, norms and adds at this CPU's speed) and every decoder forward only read its bytes at the
+memory bandwidth measured here (each step the weights once for all its rows, each token its
+window's cross-attention K/V), plus the voice detection and log-mel as they run. "ours
+sequential / batched 8 at its floor" is then the most batching could gain over our sequential
+mode on this host.
 """
 
 from __future__ import annotations
@@ -93,7 +102,14 @@ def transcriber(system: str, threads: int):
             batch_size=batch,
             without_timestamps=system.endswith("-text"),
         )
-        return lambda audio: list(pipe.transcribe(audio, options))[-1].text
+
+        def run_ours(audio):
+            events = list(pipe.transcribe(audio, options))
+            run_ours.events = events
+            return events[-1].text
+
+        run_ours.pipe, run_ours.options = pipe, options
+        return run_ours
     from faster_whisper import BatchedInferencePipeline, WhisperModel
 
     compute = "int8" if system.endswith("int8") else "float32"
@@ -130,12 +146,59 @@ def one(system: str, minutes: float, threads: int) -> dict:
     text = run(audio)
     seconds = time.perf_counter() - t0
     wrong, n = errors(reference, text, "en")
-    return {
+    row = {
         "system": system,
         "seconds": round(seconds, 2),
         "RTF": round(seconds / (len(audio) / RATE), 4),
         "WER %": round(100 * wrong / n, 2),
         "peak RSS MB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+    }
+    if system == "ours-b8":
+        row["floor"] = floor(run.pipe, run.options, audio, run.events, threads)
+    return row
+
+
+def floor(pipe, options, audio: np.ndarray, events: list, threads: int) -> dict:
+    """The least time the batched run that gave `events` could take on this CPU (see the
+    module's docstring), in parts; measured in this process, after the run."""
+    import torch
+
+    from benchmarks.decode import decoder_token_bytes, encoder_bound
+    from xattn.model.audio import N_SAMPLES, log_mel_spectrogram
+    from xattn.model.results import TokenEvent, WindowStart
+    from xattn.model.vad import VadOptions, detect_speech
+
+    windows = sum(isinstance(e, WindowStart) for e in events)
+    tokens: dict[int, int] = {}
+    for e in events:
+        if isinstance(e, TokenEvent):
+            tokens[e.window] = tokens.get(e.window, 0) + 1
+    rows = sum(tokens.values())
+    # each token but a window's first (the prompt's forward) comes from a batched step
+    steps = max(-(-(rows - windows) // options.batch_size), max(tokens.values()) - 1)
+    ceiling = results.ceilings(3)
+    bound = encoder_bound(pipe.dims, ceiling.fp32_gflops, 5)
+    encoder = windows * bound["ms, matmuls at the ceiling"] / bound["at most, of the ceiling"]
+    nbytes = decoder_token_bytes(pipe.dims)
+    shared = nbytes["output projection"] + nbytes["layer weights"]
+    decoder = (steps * shared + rows * nbytes["cross K/V"]) / (ceiling.memory_gbps * 1e9)
+    vad_options = VadOptions(max_speech_duration_s=30.0)
+    torch.set_num_threads(threads)
+    with torch.inference_mode():
+        vad = results.best_seconds(lambda: detect_speech(audio, vad_options), 2)
+        window = audio[: 25 * RATE]
+        mel = windows * results.best_seconds(lambda: log_mel_spectrogram(window, 80, N_SAMPLES), 5)
+    parts = {"encoder at its bound": encoder / 1e3, "decoder bytes at bandwidth": decoder}
+    parts |= {"voice detection (as run)": vad, "log-mel (as run)": mel}
+    return {
+        "windows": windows,
+        "tokens": rows,
+        "batched steps, at least": steps,
+        "fp32 GFLOP/s": ceiling.fp32_gflops,
+        "GB/s": ceiling.memory_gbps,
+        "encoder bound, of the ceiling": bound["at most, of the ceiling"],
+        **{f"s, {k}": round(v, 2) for k, v in parts.items()},
+        "s, floor": round(sum(parts.values()), 2),
     }
 
 
@@ -157,6 +220,8 @@ def main(argv: list[str] | None = None) -> None:
         out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True)
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
         r = rows[-1]
+        if "floor" in r:
+            bound = r.pop("floor")
         print(
             f"{r['system']:12s} {r['seconds']:8.1f} s  RTF {r['RTF']:.3f}  "
             f"WER {r['WER %']:5.1f} %  RSS {r['peak RSS MB']:5d} MB",
@@ -178,11 +243,19 @@ def main(argv: list[str] | None = None) -> None:
             ratios[f"ours {name} / faster-whisper batched 8 (fp32)"] = round(
                 by[ours]["seconds"] / by["fw-b8"]["seconds"], 2
             )
+    figures = {"long-form, VAD and batches": rows}
+    if "ours-b8" in by:
+        figures["batched 8 at its floor on this CPU"] = bound
+        print("batched 8 at its floor: " + ", ".join(f"{k} {v}" for k, v in bound.items()))
+        if "ours-seq" in by:
+            ratios["ours sequential / batched 8 at its floor"] = round(
+                by["ours-seq"]["seconds"] / bound["s, floor"], 2
+            )
     for k, v in ratios.items():
         print(f"{k}: {v}")
+    figures["ratios"] = ratios
     if not args.no_json:
         settings = {"minutes": args.minutes, "threads": args.threads, "model": "tiny.en"}
-        figures = {"long-form, VAD and batches": rows, "ratios": ratios}
         path = results.write(args.json, "longform_vad", settings, figures)
         print(f"wrote {path}")
 
