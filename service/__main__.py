@@ -84,6 +84,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     flag("live-idle-timeout", float, DEFAULTS.live_idle_timeout, "seconds a live stream may idle")
     flag("live-workers", int, DEFAULTS.live_workers, "live decode steps run at once")
     flag(
+        "decode-processes",
+        int,
+        DEFAULTS.decode_processes,
+        "encoded files decoded at once, each in a worker process that a crash in FFmpeg or "
+        "libsndfile ends instead of the server (0: in the server's process)",
+    )
+    flag(
         "live-max-seconds",
         float,
         None,
@@ -122,6 +129,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--max-message-mb must be > 0")
     if args.compute not in (*COMPUTES, "auto"):
         parser.error(f"--compute must be one of {', '.join(COMPUTES)}, auto")
+    if args.decode_processes < 0:
+        parser.error("--decode-processes must be >= 0")
     if args.live_idle_timeout <= 0 or (args.live_max_seconds or 1) <= 0 or args.live_workers < 1:
         parser.error("--live-idle-timeout, --live-max-seconds and --live-workers must be > 0")
     return args
@@ -144,6 +153,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         live_idle_timeout=args.live_idle_timeout,
         live_max_seconds=args.live_max_seconds,
         live_workers=args.live_workers,
+        decode_processes=args.decode_processes,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         auth_tokens=args.auth_tokens,

@@ -39,8 +39,14 @@ FRAMES_PER_WINDOW = 1500  # encoder frames in a 30 s window
 T = TypeVar("T")
 
 
-def audio_loader(audio: pb.Audio, max_seconds: float) -> Callable[[], np.ndarray]:
-    """Check what can be checked without decoding; return the (slow) decode as a thunk.
+def audio_loader(
+    audio: pb.Audio,
+    max_seconds: float,
+    decode: Callable[..., np.ndarray] = decode_audio,
+) -> Callable[[], np.ndarray]:
+    """Check what can be checked without decoding; return the (slow) decode as a thunk; an
+    encoded file's through `decode` (decode_audio's signature; the server's decodes in worker
+    processes, xattn.service.decoders).
 
     Raises AudioError (AudioTooLongError) for audio that is missing, empty or too long.
     """
@@ -49,7 +55,7 @@ def audio_loader(audio: pb.Audio, max_seconds: float) -> Callable[[], np.ndarray
         data = audio.encoded
         if not data:
             raise AudioError("audio.encoded is empty (0 bytes)")
-        return lambda: decode_audio(data, max_seconds=max_seconds)
+        return lambda: decode(data, max_seconds=max_seconds)
     if source == "pcm":
         pcm = audio.pcm
         if pcm.encoding not in PCM_ENCODINGS:

@@ -27,10 +27,12 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
+from xattn.model.audio import decode_audio
 from xattn.model.decoding import DecodeOptions, OptionsError
 from xattn.model.pipeline import Pipeline
 from xattn.model.results import TokenEvent, WindowStart
 from xattn.model.transcribe import Event
+from xattn.service.decoders import DecoderProcesses
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +53,9 @@ class Limits:
     # live decode steps run at once (each stream runs one at a time): two on 2 cores overlap
     # one stream's memory-bound decoder with another's encoder (benchmarks/streaming.py)
     live_workers: int = 2
+    # encoded files decoded at once, each in a worker process (xattn.service.decoders); 0: on
+    # the server's own threads, where a crash in FFmpeg or libsndfile ends the server
+    decode_processes: int = 2
 
 
 @dataclass
@@ -229,6 +234,16 @@ class Engine:
             self._add(self._batched(pipeline))
         live_workers = max(1, limits.live_workers)
         self.live_pool = ThreadPoolExecutor(live_workers, thread_name_prefix="xattn-live")
+        self.decoders = None
+        if limits.decode_processes > 0:
+            self.decoders = DecoderProcesses(limits.decode_processes)
+
+    def decode_audio(self, data: bytes, max_seconds: float | None = None) -> np.ndarray:
+        """An encoded file's samples (xattn.model.audio.decode_audio), in a worker process
+        unless `decode_processes` is 0; blocking."""
+        if self.decoders is None:
+            return decode_audio(data, max_seconds=max_seconds)
+        return self.decoders.decode(data, max_seconds)
 
     @property
     def ready(self) -> bool:
@@ -411,6 +426,8 @@ class Engine:
         for batcher in batchers:  # after the workers: none of them waits on it any more
             if batcher is not None:
                 await asyncio.to_thread(batcher.close)
+        if self.decoders is not None:
+            await asyncio.to_thread(self.decoders.close)
 
 
 def weights_summary(pipe: Pipeline) -> str:

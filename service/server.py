@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,7 @@ class ServerConfig:
     live_workers: int = 2  # live decode steps run at once
     live_max_seconds: float | None = None  # audio per live stream; None: max_audio_seconds,
     # at most LIVE_MAX_SECONDS
+    decode_processes: int = 2  # encoded files decoded at once, in worker processes (0: here)
 
     @property
     def max_live_seconds(self) -> float:
@@ -92,6 +94,7 @@ class Server:
             max_live_seconds=config.max_live_seconds,
             live_idle_timeout=config.live_idle_timeout,
             live_workers=config.live_workers,
+            decode_processes=config.decode_processes,
         )
         self.engine = Engine(limits)
         self.health = health.aio.HealthServicer()
@@ -164,6 +167,8 @@ class Server:
             pipe = await self.engine.load(loader)
             log.info("serving %s (%s on %s)", pipe.name, pipe.compute, pipe.device)
         await self._set_health(SERVING)
+        if self.engine.decoders is not None:  # after the warm-up: its start-up takes a core
+            threading.Thread(target=self.engine.decoders.start, daemon=True).start()
 
     async def wait_ready(self) -> None:
         """Wait for the model (raises what loading raised)."""

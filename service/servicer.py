@@ -157,7 +157,8 @@ class TranscriberServicer(transcriber_pb2_grpc.TranscriberServicer):
         rows = row_spec(request.alignment, default_mode, pipe.dims, pipe.alignment_heads)
         options = convert.decode_options(request.options, return_attention=rows.enabled)
         pipe.validate(options)
-        load_audio = convert.audio_loader(request.audio, self._engine.limits.max_audio_seconds)
+        limit = self._engine.limits.max_audio_seconds
+        load_audio = convert.audio_loader(request.audio, limit, self._engine.decode_audio)
         shape = (
             convert.StreamShaper(rows, pipe.tokenizer.eot) if stream else convert.UnaryShaper(rows)
         )

@@ -41,6 +41,7 @@ def snapshot(engine: Engine) -> dict[str, object]:
         "ready": engine.ready,
         **process_status(),
         "counters": asdict(engine.counters()),
+        "decoder_crashes": engine.decoders.crashes if engine.decoders is not None else 0,
     }
 
 
