@@ -8,8 +8,10 @@ a new worker replaces it. A decode that runs past `timeout` is killed the same w
 
 A worker is `python -m xattn.service.decoders FD`, a fresh interpreter (nothing forked from a
 server with gRPC and torch threads) that serves decodes over the socket FD until it dies or
-the pool closes; it takes ~1 s to start (torch and PyAV imported), so a dead one is replaced
-at once, before the next request needs it. Raw PCM never comes here (numpy alone reads it).
+the pool closes. It runs xattn.model.containers.decode_native (no torch: ~60 MB, started in
+~0.3 s) and returns mono samples at the file's own rate; the server resamples them
+(xattn.model.audio.to_16k), so the samples are decode_audio's. A dead worker is replaced at
+once, before the next request needs it. Raw PCM never comes here (numpy alone reads it).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from multiprocessing.connection import Connection
 import numpy as np
 import soundfile
 
-from xattn.model.audio import AudioError, AudioTooLongError, decode_audio
+from xattn.model.containers import AudioError, AudioTooLongError, decode_native
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +48,6 @@ _SILENCE = _silence()
 
 def _serve(conn: Connection) -> None:
     """A worker: decode what comes until None (or the pipe closes)."""
-    import torch
-
-    torch.set_num_threads(1)  # resampling: one core a decode, beside the server's
     while True:
         try:
             job = conn.recv()
@@ -58,7 +57,7 @@ def _serve(conn: Connection) -> None:
             return
         data, max_seconds = job
         try:
-            reply = ("audio", decode_audio(data, max_seconds=max_seconds))
+            reply = ("audio", decode_native(data, max_seconds=max_seconds))
         except AudioError as e:
             reply = ("error", type(e).__name__, str(e))
         except Exception as e:  # a bug, not the input's fault: the server reports INTERNAL
@@ -113,17 +112,22 @@ class DecoderProcesses:
         self._closed = False
 
     def start(self) -> None:
-        """Have a worker ready: one has decoded a short silence (a new one takes ~1 s: torch
-        and PyAV imported), so that the next request does not wait for it."""
-        self.decode(_SILENCE)
+        """Have a worker ready: one has decoded a short silence, so that the next request does
+        not wait for one to start. Closed, nothing."""
+        try:
+            self.decode(_SILENCE)
+        except RuntimeError:
+            if not self._closed:
+                raise
 
     def pids(self) -> list[int]:
         """The idle workers' process ids."""
         with self._lock:
             return [w.process.pid for w in self._idle]
 
-    def decode(self, data: bytes, max_seconds: float | None = None) -> np.ndarray:
-        """xattn.model.audio.decode_audio(data, max_seconds=...) in a worker."""
+    def decode(self, data: bytes, max_seconds: float | None = None) -> tuple[np.ndarray, int]:
+        """xattn.model.containers.decode_native(data, max_seconds=...) in a worker: mono
+        samples at the file's rate, and the rate."""
         with self._slots:
             worker = self._take()
             try:
@@ -197,8 +201,8 @@ class DecoderProcesses:
         """A new idle worker in place of one that died."""
         try:
             self.start()
-        except RuntimeError:  # closed meanwhile
-            pass
+        except Exception:  # the next decode starts one instead
+            log.exception("a new audio decoder did not start")
 
 
 if __name__ == "__main__":

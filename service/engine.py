@@ -27,7 +27,7 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
-from xattn.model.audio import decode_audio
+from xattn.model.audio import decode_audio, to_16k
 from xattn.model.decoding import DecodeOptions, OptionsError
 from xattn.model.pipeline import Pipeline
 from xattn.model.results import TokenEvent, WindowStart
@@ -243,7 +243,7 @@ class Engine:
         unless `decode_processes` is 0; blocking."""
         if self.decoders is None:
             return decode_audio(data, max_seconds=max_seconds)
-        return self.decoders.decode(data, max_seconds)
+        return to_16k(*self.decoders.decode(data, max_seconds))
 
     @property
     def ready(self) -> bool:

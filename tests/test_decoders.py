@@ -17,7 +17,8 @@ import pytest
 import soundfile
 from openai_ref import pipeline
 
-from xattn.model.audio import AudioError, AudioTooLongError, decode_audio
+from xattn.model.audio import AudioError, AudioTooLongError, decode_audio, to_16k
+from xattn.model.containers import decode_native
 from xattn.service.background import BackgroundServer
 from xattn.service.decoders import DecoderProcesses
 from xattn.service.server import ServerConfig
@@ -57,7 +58,10 @@ def test_same_samples_and_errors_as_in_process(
     decoders: DecoderProcesses, jfk_path: Path, multilingual_path: Path, tmp_path: Path
 ) -> None:
     for data in (jfk_path.read_bytes(), multilingual_path.read_bytes(), stereo_44k(tmp_path)):
-        ours = decoders.decode(data)
+        mono, rate = decoders.decode(data)
+        here, here_rate = decode_native(data)
+        assert rate == here_rate and np.array_equal(mono, here)
+        ours = to_16k(mono, rate)
         assert ours.dtype == np.float32 and np.array_equal(ours, decode_audio(data))
     for data, limit in ((b"not audio" * 50, None), (jfk_path, 5)):
         data = data.read_bytes() if isinstance(data, Path) else data
@@ -114,7 +118,7 @@ def test_a_crash_is_the_requests_alone(decoders: DecoderProcesses, tmp_path: Pat
     assert "the decoder crashed on this input (SIGSEGV)" in str(error)
     assert "convert it to WAV or FLAC, or send PCM" in str(error)
     assert decoders.crashes == 1
-    assert np.array_equal(decoders.decode(data), decode_audio(data))  # a new worker
+    assert np.array_equal(to_16k(*decoders.decode(data)), decode_audio(data))  # a new worker
 
 
 def test_a_hung_decode_is_killed(tmp_path: Path) -> None:
@@ -124,7 +128,7 @@ def test_a_hung_decode_is_killed(tmp_path: Path) -> None:
         data = short_wav(tmp_path)
         error = while_stopped(d, lambda: d.decode(data), lambda pid: None)
         assert isinstance(error, AudioError) and "took longer than 1 s" in str(error)
-        assert np.array_equal(d.decode(data), decode_audio(data))
+        assert np.array_equal(to_16k(*d.decode(data)), decode_audio(data))
     finally:
         d.close()
 
