@@ -154,13 +154,14 @@ def one(system: str, minutes: float, threads: int) -> dict:
         "peak RSS MB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }
     if system == "ours-b8":
-        row["floor"] = floor(run.pipe, run.options, audio, run.events, threads)
+        row["floor"] = floor(run.pipe, run.options, audio, run.events)
     return row
 
 
-def floor(pipe, options, audio: np.ndarray, events: list, threads: int) -> dict:
+def floor(pipe, options, audio: np.ndarray, events: list) -> dict:
     """The least time the batched run that gave `events` could take on this CPU (see the
-    module's docstring), in parts; measured in this process, after the run."""
+    module's docstring), in parts; measured in this process (at its thread count), after the
+    run."""
     import torch
 
     from benchmarks.decode import decoder_token_bytes, encoder_bound
@@ -183,11 +184,12 @@ def floor(pipe, options, audio: np.ndarray, events: list, threads: int) -> dict:
     shared = nbytes["output projection"] + nbytes["layer weights"]
     decoder = (steps * shared + rows * nbytes["cross K/V"]) / (ceiling.memory_gbps * 1e9)
     vad_options = VadOptions(max_speech_duration_s=30.0)
-    torch.set_num_threads(threads)
     with torch.inference_mode():
         vad = results.best_seconds(lambda: detect_speech(audio, vad_options), 2)
         window = audio[: 25 * RATE]
-        mel = windows * results.best_seconds(lambda: log_mel_spectrogram(window, 80, N_SAMPLES), 5)
+        mel = windows * results.best_seconds(
+            lambda: log_mel_spectrogram(window, pipe.dims.n_mels, N_SAMPLES), 5
+        )
     parts = {"encoder at its bound": encoder / 1e3, "decoder bytes at bandwidth": decoder}
     parts |= {"voice detection (as run)": vad, "log-mel (as run)": mel}
     return {

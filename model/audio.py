@@ -37,6 +37,7 @@ from xattn.model.containers import (  # noqa: F401 (re-exported: the audio API i
     MAX_SAMPLE_RATE,
     AudioError,
     AudioTooLongError,
+    _check_channels,
     _check_rate,
     _check_samples,
     _mix,
@@ -92,8 +93,7 @@ def pcm_to_audio(data: bytes, sample_rate: int, encoding: str, channels: int) ->
     if encoding not in _PCM_DTYPES:
         raise AudioError(f"unknown PCM encoding {encoding!r} (use 'int16' or 'float32')")
     _check_rate(sample_rate)
-    if not 1 <= channels <= MAX_CHANNELS:
-        raise AudioError(f"invalid channel count {channels} (must be 1..{MAX_CHANNELS})")
+    _check_channels(channels)
     dtype = _PCM_DTYPES[encoding]
     frame_size = dtype.itemsize * channels
     if len(data) % frame_size:

@@ -8,8 +8,8 @@ a new worker replaces it. A decode that runs past `timeout` is killed the same w
 
 A worker is `python -m xattn.service.decoders FD`, a fresh interpreter (nothing forked from a
 server with gRPC and torch threads) that serves decodes over the socket FD until it dies or
-the pool closes. It runs xattn.model.containers.decode_native (no torch: ~60 MB, started in
-~0.3 s) and returns mono samples at the file's own rate; the server resamples them
+the pool closes. It runs xattn.model.containers.decode_native (no torch: ~70 MB, started in
+~0.1 s) and returns mono samples at the file's own rate; the server resamples them
 (xattn.model.audio.to_16k), so the samples are decode_audio's. A dead worker is replaced at
 once, before the next request needs it. Raw PCM never comes here (numpy alone reads it).
 """
@@ -134,10 +134,10 @@ class DecoderProcesses:
                 worker.conn.send((data, max_seconds))
             except OSError:  # it died before it had the input: not the input's doing
                 worker.stop(kill=True)
-                worker = self._take(fresh=True)
+                worker = self._take()
                 worker.conn.send((data, max_seconds))
             if not worker.conn.poll(self.timeout + STARTUP * worker.new):
-                worker.stop(kill=True)
+                self._lost(worker)
                 raise AudioError(
                     f"cannot decode audio: decoding took longer than {self.timeout:g} s; "
                     "convert it to WAV or FLAC, or send PCM"
@@ -162,11 +162,11 @@ class DecoderProcesses:
         for w in idle:
             w.stop()
 
-    def _take(self, fresh: bool = False) -> _Worker:
+    def _take(self) -> _Worker:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the audio decoders are closed")
-            while self._idle and not fresh:
+            while self._idle:
                 worker = self._idle.pop()
                 if worker.alive():
                     return worker
@@ -185,9 +185,9 @@ class DecoderProcesses:
             code = worker.process.wait(5)
         except subprocess.TimeoutExpired:
             code = None
-        worker.stop(kill=True)
-        threading.Thread(target=self._replace, daemon=True).start()
-        self.crashes += 1
+        self._lost(worker)
+        with self._lock:
+            self.crashes += 1
         how = f"exit code {code}"
         if code is not None and code < 0:
             how = signal.Signals(-code).name
@@ -196,6 +196,11 @@ class DecoderProcesses:
             f"cannot decode audio: the decoder crashed on this input ({how}); it is damaged or "
             "not an audio format xattn reads: convert it to WAV or FLAC, or send PCM"
         )
+
+    def _lost(self, worker: _Worker) -> None:
+        """Kill a worker that crashed or hung; a new one starts in its place."""
+        worker.stop(kill=True)
+        threading.Thread(target=self._replace, daemon=True).start()
 
     def _replace(self) -> None:
         """A new idle worker in place of one that died."""
