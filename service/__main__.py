@@ -81,6 +81,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     flag("max-message-mb", float, DEFAULTS.max_message_mb, "largest message, MiB")
     flag("grace", float, DEFAULTS.grace, "seconds to drain in-flight RPCs on SIGTERM")
     flag("port-file", str, None, "write the bound port to this file once listening")
+    flag(
+        "http-port",
+        int,
+        None,
+        "also serve OpenAI's audio API (/v1/audio/transcriptions, /v1/realtime, ...) over "
+        "HTTP on this port; 0 picks a free one",
+    )
+    flag("http-host", str, None, "address of the HTTP API (default: --host)")
+    flag("http-port-file", str, None, "write the bound HTTP port to this file once listening")
+    flag(
+        "cors-origins",
+        str,
+        "",
+        "comma-separated origins whose pages may call the HTTP API (default: none)",
+    )
     flag("live-idle-timeout", float, DEFAULTS.live_idle_timeout, "seconds a live stream may idle")
     flag("live-workers", int, DEFAULTS.live_workers, "live decode steps run at once")
     flag(
@@ -125,6 +140,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--stats-interval must be > 0")
     if args.workers < 1 or args.max_queue < 0 or args.max_audio_seconds <= 0:
         parser.error("--workers must be >= 1, --max-queue >= 0, --max-audio-seconds > 0")
+    if args.http_port is not None and not 0 <= args.http_port < 65536:
+        parser.error("--http-port must be in 0..65535")
     if args.max_message_mb <= 0:
         parser.error("--max-message-mb must be > 0")
     if args.compute not in (*COMPUTES, "auto"):
@@ -150,6 +167,10 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_message_mb=args.max_message_mb,
         grace=args.grace,
         port_file=args.port_file,
+        http_port=args.http_port,
+        http_host=args.http_host,
+        http_port_file=args.http_port_file,
+        cors_origins=tuple(o.strip() for o in args.cors_origins.split(",") if o.strip()),
         live_idle_timeout=args.live_idle_timeout,
         live_max_seconds=args.live_max_seconds,
         live_workers=args.live_workers,

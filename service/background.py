@@ -31,6 +31,7 @@ class BackgroundServer:
             self._end()
             raise
         self.address = f"{config.host}:{self.server.port}"
+        self.http_address = f"{config.http_host or config.host}:{self.server.http_port}"
 
     @property
     def engine(self) -> Engine:

@@ -199,6 +199,7 @@ def segment(seg: Segment) -> pb.Segment:
     return pb.Segment(
         id=seg.id,
         window=seg.window,
+        seek=seg.seek,
         start=seg.start,
         end=seg.end,
         text=seg.text,

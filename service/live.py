@@ -30,7 +30,7 @@ from xattn.model.decoding import DecodeOptions, OptionsError
 from xattn.model.live_vad import SpeechEvent
 from xattn.model.streaming import LiveOptions, LiveResult, LiveTranscriber
 from xattn.service import convert
-from xattn.service.engine import Engine, LiveSlot
+from xattn.service.engine import Engine, Limits, LiveSlot
 from xattn.service.rows import RowSpec, row_spec
 from xattn.v1 import transcriber_pb2 as pb
 
@@ -95,6 +95,11 @@ class LiveSettings:
     idle_timeout: float = 10.0  # seconds without a message
     max_seconds: float = 1800.0  # seconds of audio
     defaults: LiveOptions = LiveOptions()
+
+
+def live_settings(limits: Limits) -> LiveSettings:
+    """The live settings of a server with these limits."""
+    return LiveSettings(limits.live_idle_timeout, limits.max_live_seconds)
 
 
 @dataclass

@@ -24,6 +24,9 @@ from grpc_reflection.v1alpha import reflection
 from xattn.model.pipeline import Pipeline, load_pipeline
 from xattn.service import security
 from xattn.service.engine import Engine, Limits
+from xattn.service.http.app import HttpSettings, build_app
+from xattn.service.http.server import HttpServer, bind
+from xattn.service.live import live_settings
 from xattn.service.servicer import TranscriberServicer
 from xattn.service.stats import stats_loop
 from xattn.v1 import transcriber_pb2, transcriber_pb2_grpc
@@ -65,6 +68,10 @@ class ServerConfig:
     live_max_seconds: float | None = None  # audio per live stream; None: max_audio_seconds,
     # at most LIVE_MAX_SECONDS
     decode_processes: int = 2  # encoded files decoded at once, in worker processes (0: here)
+    http_port: int | None = None  # OpenAI's audio API over HTTP (service.http); None: off, 0: any
+    http_host: str | None = None  # None: `host`
+    http_port_file: str | None = None  # written with the bound HTTP port once listening
+    cors_origins: tuple[str, ...] = ()  # origins whose pages may call the HTTP API
 
     @property
     def max_live_seconds(self) -> float:
@@ -111,6 +118,9 @@ class Server:
         )
         self._loading: asyncio.Task[None] | None = None
         self._stats: asyncio.Task[None] | None = None
+        self.http: HttpServer | None = None
+        self.http_port = 0
+        self.serving = False  # health SERVING (the HTTP face's /health follows it)
 
     async def start(self) -> int:
         """Listen (health NOT_SERVING) and start loading the model; return the bound port."""
@@ -143,12 +153,30 @@ class Server:
             self._stats = asyncio.create_task(
                 stats_loop(self.engine, self.config.stats_file, self.config.stats_interval)
             )
-        if self.config.port_file:
-            tmp = Path(self.config.port_file + ".tmp")
-            tmp.write_text(f"{self.port}\n")
-            tmp.replace(self.config.port_file)  # readers never see a half-written file
+        if self.config.http_port is not None:
+            await self._start_http()
+        _write_port(self.config.port_file, self.port)
         self._loading = asyncio.create_task(self._load())
         return self.port
+
+    async def _start_http(self) -> None:
+        config = self.config
+        host = config.http_host or config.host
+        sock = bind(host, config.http_port or 0)
+        settings = HttpSettings(
+            max_body_bytes=config.max_message_bytes,
+            auth_tokens=config.auth_tokens,
+            auth_exempt_health=config.auth_exempt_health,
+            cors_origins=config.cors_origins,
+            live=live_settings(self.engine.limits),
+        )
+        app = build_app(self.engine, settings, lambda: self.serving)
+        self.http = HttpServer(app, sock, config.grace, config.tls_cert, config.tls_key)
+        await self.http.start()
+        self.http_port = self.http.port
+        scheme = "https" if config.tls_cert else "http"
+        log.info("OpenAI-compatible API on %s://%s:%d/v1", scheme, host, self.http_port)
+        _write_port(config.http_port_file, self.http_port)
 
     def _loaders(self) -> list[Callable[[], Pipeline]]:
         """One loader per model, the default first (given pipelines, or config's models)."""
@@ -167,6 +195,7 @@ class Server:
             pipe = await self.engine.load(loader)
             log.info("serving %s (%s on %s)", pipe.name, pipe.compute, pipe.device)
         await self._set_health(SERVING)
+        self.serving = True
         if self.engine.decoders is not None:  # after the warm-up: its start-up takes a core
             threading.Thread(target=self.engine.decoders.start, daemon=True).start()
 
@@ -183,10 +212,12 @@ class Server:
         """NOT_SERVING, refuse new RPCs, drain in-flight ones for `grace` s, then stop."""
         grace = self.config.grace if grace is None else grace
         await self.health.enter_graceful_shutdown()
+        self.serving = False
         if self._loading is not None and not self._loading.done():
             self._loading.cancel()
         log.info("draining in-flight RPCs for up to %.1f s", grace)
-        await self._grpc.stop(grace)
+        http = self.http.stop(grace) if self.http is not None else asyncio.sleep(0)
+        await asyncio.gather(self._grpc.stop(grace), http)
         await self.engine.close()
         if self._stats is not None:
             self._stats.cancel()  # it writes the final counters as it ends
@@ -196,10 +227,18 @@ class Server:
     async def cancel_all(self) -> None:
         """Cancel every in-flight RPC now (a `stop()` in progress then ends at once)."""
         log.info("cancelling in-flight RPCs")
-        await self._grpc.stop(None)
+        http = self.http.stop(0) if self.http is not None else asyncio.sleep(0)
+        await asyncio.gather(self._grpc.stop(None), http)
 
     async def wait_for_termination(self) -> None:
         await self._grpc.wait_for_termination()
+
+
+def _write_port(path: str | None, port: int) -> None:
+    if path:
+        tmp = Path(path + ".tmp")
+        tmp.write_text(f"{port}\n")
+        tmp.replace(path)  # readers never see a half-written file
 
 
 async def serve(config: ServerConfig, pipeline: Pipeline | None = None) -> None:

@@ -12,9 +12,9 @@ from xattn.model.audio import AudioError, AudioTooLongError
 from xattn.model.decoding import OptionsError
 from xattn.model.vad import VadUnavailable
 from xattn.service import convert
+from xattn.service.admit import start_transcription
 from xattn.service.engine import Engine, NotReady, Overloaded, Run
-from xattn.service.live import IdleTimeout, LiveSession, LiveSettings, StreamOrderError
-from xattn.service.rows import row_spec
+from xattn.service.live import IdleTimeout, LiveSession, StreamOrderError, live_settings
 from xattn.v1 import transcriber_pb2 as pb
 from xattn.v1 import transcriber_pb2_grpc
 
@@ -89,8 +89,7 @@ class TranscriberServicer(transcriber_pb2_grpc.TranscriberServicer):
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
-        limits = engine.limits
-        self._live = LiveSettings(limits.live_idle_timeout, limits.max_live_seconds)
+        self._live = live_settings(engine.limits)
 
     async def GetModelInfo(
         self, request: pb.GetModelInfoRequest, context: Context
@@ -152,14 +151,12 @@ class TranscriberServicer(transcriber_pb2_grpc.TranscriberServicer):
             raise
 
     def _start(self, request: Request, default_mode: int, stream: bool) -> Run:
-        """Validate everything cheap, then admit (errors: see error_status)."""
-        pipe = self._engine.pipeline_for(request.model)  # UnknownModel: INVALID_ARGUMENT
-        rows = row_spec(request.alignment, default_mode, pipe.dims, pipe.alignment_heads)
-        options = convert.decode_options(request.options, return_attention=rows.enabled)
-        pipe.validate(options)
-        limit = self._engine.limits.max_audio_seconds
-        load_audio = convert.audio_loader(request.audio, limit, self._engine.decode_audio)
-        shape = (
-            convert.StreamShaper(rows, pipe.tokenizer.eot) if stream else convert.UnaryShaper(rows)
+        return start_transcription(
+            self._engine,
+            request.audio,
+            request.options,
+            request.alignment,
+            request.model,
+            default_mode,
+            stream,
         )
-        return self._engine.submit(load_audio, options, shape, pipe.name)

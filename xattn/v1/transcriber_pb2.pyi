@@ -438,7 +438,7 @@ class Word(_message.Message):
     def __init__(self, word: _Optional[str] = ..., start: _Optional[float] = ..., end: _Optional[float] = ..., probability: _Optional[float] = ...) -> None: ...
 
 class Segment(_message.Message):
-    __slots__ = ("id", "window", "start", "end", "text", "tokens", "temperature", "avg_logprob", "compression_ratio", "no_speech_prob", "words")
+    __slots__ = ("id", "window", "start", "end", "text", "tokens", "temperature", "avg_logprob", "compression_ratio", "no_speech_prob", "words", "seek")
     ID_FIELD_NUMBER: _ClassVar[int]
     WINDOW_FIELD_NUMBER: _ClassVar[int]
     START_FIELD_NUMBER: _ClassVar[int]
@@ -450,6 +450,7 @@ class Segment(_message.Message):
     COMPRESSION_RATIO_FIELD_NUMBER: _ClassVar[int]
     NO_SPEECH_PROB_FIELD_NUMBER: _ClassVar[int]
     WORDS_FIELD_NUMBER: _ClassVar[int]
+    SEEK_FIELD_NUMBER: _ClassVar[int]
     id: int
     window: int
     start: float
@@ -461,7 +462,8 @@ class Segment(_message.Message):
     compression_ratio: float
     no_speech_prob: float
     words: _containers.RepeatedCompositeFieldContainer[Word]
-    def __init__(self, id: _Optional[int] = ..., window: _Optional[int] = ..., start: _Optional[float] = ..., end: _Optional[float] = ..., text: _Optional[str] = ..., tokens: _Optional[_Iterable[int]] = ..., temperature: _Optional[float] = ..., avg_logprob: _Optional[float] = ..., compression_ratio: _Optional[float] = ..., no_speech_prob: _Optional[float] = ..., words: _Optional[_Iterable[_Union[Word, _Mapping]]] = ...) -> None: ...
+    seek: int
+    def __init__(self, id: _Optional[int] = ..., window: _Optional[int] = ..., start: _Optional[float] = ..., end: _Optional[float] = ..., text: _Optional[str] = ..., tokens: _Optional[_Iterable[int]] = ..., temperature: _Optional[float] = ..., avg_logprob: _Optional[float] = ..., compression_ratio: _Optional[float] = ..., no_speech_prob: _Optional[float] = ..., words: _Optional[_Iterable[_Union[Word, _Mapping]]] = ..., seek: _Optional[int] = ...) -> None: ...
 
 class Transcript(_message.Message):
     __slots__ = ("text", "language", "segments", "duration", "speech", "vad_filtered")
