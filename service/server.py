@@ -72,6 +72,7 @@ class ServerConfig:
     http_host: str | None = None  # None: `host`
     http_port_file: str | None = None  # written with the bound HTTP port once listening
     cors_origins: tuple[str, ...] = ()  # origins whose pages may call the HTTP API
+    http_body_timeout: float = 30.0  # seconds an upload may send nothing before a 408
 
     @property
     def max_live_seconds(self) -> float:
@@ -169,6 +170,7 @@ class Server:
             auth_exempt_health=config.auth_exempt_health,
             cors_origins=config.cors_origins,
             live=live_settings(self.engine.limits),
+            body_idle_seconds=config.http_body_timeout,
         )
         app = build_app(self.engine, settings, lambda: self.serving)
         self.http = HttpServer(app, sock, config.grace, config.tls_cert, config.tls_key)

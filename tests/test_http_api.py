@@ -7,8 +7,6 @@ from __future__ import annotations
 import io
 import json
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import pytest
 import soundfile as sf
 import srt
 import webvtt
+from http_client import http
 
 from xattn.model.audio import decode_audio
 from xattn.model.pipeline import Pipeline, load_pipeline
@@ -251,16 +250,6 @@ def test_undecodable_file_is_400(client: openai.OpenAI) -> None:
 def test_model_aliases(client: openai.OpenAI, jfk: bytes) -> None:
     for name in ("Systran/faster-whisper-tiny.en", "openai/whisper-tiny.en", "tiny.en"):
         assert transcribe(client, jfk, model=name, extra_body={"beam_size": "1"}).text
-
-
-def http(method: str, url: str, headers: dict | None = None, body: bytes | None = None):  # noqa: ANN201
-    """(status, headers, body) of one plain request (errors included)."""
-    request = urllib.request.Request(url, data=body, headers=headers or {}, method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=60) as reply:
-            return reply.status, reply.headers, reply.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.headers, e.read()
 
 
 def test_health(server: BackgroundServer) -> None:
