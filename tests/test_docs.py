@@ -5,9 +5,10 @@ A fenced block (```sh, ```bash or ```python) right after a line `<!-- test -->` 
 or docs/*.md is an example that must run here. Each runs in a scratch folder that links the
 repository's top-level entries (so `samples/hello.wav` and `.venv/bin/xattn` resolve and
 anything it writes stays out of the tree), with `.venv/bin` first on PATH, against one
-tiny.en server this module starts (`python -m xattn.service --port 0`): the address
-`127.0.0.1:50051` (or `localhost:50051`) in an example is replaced by that server's, and
-XATTN_SERVER (XATTN_PORT) points at it. A shell block runs under `bash -euo pipefail`, a
+tiny.en server this module starts (`python -m xattn.service --port 0 --http-port 0`): the
+address `127.0.0.1:50051` (or `localhost:50051`) in an example is replaced by that server's
+gRPC address, `127.0.0.1:8000` (or `localhost:8000`) by its HTTP one, and XATTN_SERVER
+(XATTN_PORT) points at it. A shell block runs under `bash -euo pipefail`, a
 Python block as a script; both must exit 0.
 """
 
@@ -34,6 +35,7 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 MARK = "<!-- test -->"
 LANGUAGES = {"sh": "sh", "bash": "sh", "shell": "sh", "python": "python", "py": "python"}
 ADDRESS = re.compile(r"\b(?:127\.0\.0\.1|localhost):50051\b")
+HTTP_ADDRESS = re.compile(r"\b(?:127\.0\.0\.1|localhost):8000\b")
 TIMEOUT = 120  # seconds an example may take (a loaded 2-core CI machine)
 
 
@@ -75,17 +77,19 @@ EXAMPLES = [e for page in PAGES if page.is_file() for e in examples(page)]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real tiny.en server on a free loopback port; its address once it is SERVING."""
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """A real tiny.en server on free loopback ports; its gRPC and HTTP addresses once it is
+    SERVING."""
     folder = tmp_path_factory.mktemp("docs-server")
-    port_file = folder / "port"
+    port_file, http_port_file = folder / "port", folder / "http-port"
     command = [sys.executable, "-m", "xattn.service", "--port", "0", "--port-file", str(port_file)]
+    command += ["--http-port", "0", "--http-port-file", str(http_port_file)]
     command += ["--model", "tiny.en", "--log-level", "WARNING"]
     log = (folder / "server.log").open("w")
     proc = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 120
-        while not port_file.is_file() or not port_file.read_text().strip():
+        while not all(p.is_file() and p.read_text().strip() for p in (port_file, http_port_file)):
             assert proc.poll() is None, (folder / "server.log").read_text()
             assert time.monotonic() < deadline, "the server did not listen"
             time.sleep(0.05)
@@ -101,7 +105,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                     pass
                 assert time.monotonic() < deadline, "the server never said SERVING"
                 time.sleep(0.1)
-        yield address
+        yield address, f"127.0.0.1:{int(http_port_file.read_text())}"
     finally:
         proc.terminate()
         proc.wait(30)
@@ -119,8 +123,9 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[e.name for e in EXAMPLES])
-def test_example_runs(example: Example, server: str, sandbox: Path) -> None:
-    code = ADDRESS.sub(server, example.code)
+def test_example_runs(example: Example, server: tuple[str, str], sandbox: Path) -> None:
+    server, http_server = server
+    code = HTTP_ADDRESS.sub(http_server, ADDRESS.sub(server, example.code))
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
     env["XATTN_SERVER"] = server

@@ -59,6 +59,7 @@ class HttpServer:
             lifespan="off",
             log_config=None,
             access_log=False,
+            timeout_keep_alive=75,  # idle keep-alive connections (nginx's default)
             ws="websockets-sansio",
             ws_max_size=16 << 20,  # a realtime event: base64 audio chunks
             timeout_graceful_shutdown=max(1, int(round(grace))),
