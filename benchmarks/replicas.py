@@ -6,10 +6,12 @@ benchmarks/scale.py.
 
 Each replica is `python -m xattn.service --port 0 --port-file ...` (one torch thread, one
 worker unless told otherwise); `Replicas` waits until every one's health check says
-SERVING. `Balancer` runs `haproxy -f deploy/haproxy/haproxy.cfg -f <servers.cfg>` (the
-repository's config; only the backend's server lines are written here) and waits until
-HAProxy's own checks have marked every replica UP. Its log (one line per call, with the
-server that served it and the caller's x-request-id) is `Balancer.log_lines()`.
+SERVING; with `http=True` each also serves the HTTP API on a port of its own (http_ports).
+`Balancer` runs `haproxy -f deploy/haproxy/haproxy.cfg -f <servers.cfg>` (the
+repository's config; only the backends' server lines are written here: gRPC, and HTTP when
+given `http_ports`) and waits until HAProxy's own checks have marked every replica UP. Its
+log (one line per call, with the server that served it and the caller's x-request-id) is
+`Balancer.log_lines()`.
 """
 
 from __future__ import annotations
@@ -92,9 +94,16 @@ class Replicas(Started):
     """`count` server processes on free loopback ports; SIGTERM on exit (SIGKILL after 30 s)."""
 
     def __init__(
-        self, count: int, folder: Path, args: tuple[str, ...] = (), threads: int = 1
+        self,
+        count: int,
+        folder: Path,
+        args: tuple[str, ...] = (),
+        threads: int = 1,
+        http: bool = False,
     ) -> None:
         self.folder = folder
+        self.http = http  # also the HTTP API (--http-port 0): http_ports[i]
+        self.http_ports: list[int] = []
         self.args = ("--workers", "1", "--grace", "20", *args)
         self.threads = threads
         self.procs: list[subprocess.Popen[bytes]] = []  # replica i: procs[i] on ports[i]
@@ -106,6 +115,7 @@ class Replicas(Started):
         ones, on new ports) and wait until each says SERVING."""
         self.procs += [None] * (self.count - len(self.procs))  # type: ignore[list-item]
         self.ports += [0] * (self.count - len(self.ports))
+        self.http_ports += [0] * (self.count - len(self.http_ports))
         fresh = [i for i, p in enumerate(self.procs) if p is None or p.poll() is not None]
         for i in fresh:
             self._spawn(i)
@@ -113,6 +123,10 @@ class Replicas(Started):
             port_file = self.folder / f"replica{i}.port"
             wait_until(lambda f=port_file, i=i: self._alive(i) and f.exists(), "no port", timeout)
             self.ports[i] = int(port_file.read_text())
+            if self.http:
+                http_file = self.folder / f"replica{i}.http-port"
+                wait_until(lambda f=http_file, i=i: self._alive(i) and f.exists(), "no port", 30)
+                self.http_ports[i] = int(http_file.read_text())
         for i in fresh:
             wait_until(
                 lambda i=i: self._alive(i) and health(self.addresses()[i]) == SERVING,
@@ -127,11 +141,15 @@ class Replicas(Started):
         env["OMP_NUM_THREADS"] = str(self.threads)
         port_file = self.folder / f"replica{i}.port"
         port_file.unlink(missing_ok=True)
+        http_file = self.folder / f"replica{i}.http-port"
+        http_file.unlink(missing_ok=True)
         self.stats_file(i).unlink(missing_ok=True)
         log = (self.folder / f"replica{i}.log").open("ab")
         command = [sys.executable, "-m", "xattn.service", "--port", "0"]
         command += ["--port-file", str(port_file), *self.args]
         command += ["--stats-file", str(self.stats_file(i)), "--stats-interval", "0.1"]
+        if self.http:
+            command += ["--http-port", "0", "--http-port-file", str(http_file)]
         self.procs[i] = subprocess.Popen(
             command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
         )
@@ -178,12 +196,15 @@ class Replicas(Started):
 class Balancer(Started):
     """HAProxy with the repository's config in front of `ports` on 127.0.0.1."""
 
-    def __init__(self, ports: list[int], folder: Path) -> None:
+    def __init__(self, ports: list[int], folder: Path, http_ports: list[int] | None = None) -> None:
         self.ports = ports
+        self.http_ports = http_ports or []
         self.folder = folder
         self.port = free_port()
+        self.http_port = free_port()
         self.stats_port = free_port()
         self.address = f"127.0.0.1:{self.port}"
+        self.http_address = f"127.0.0.1:{self.http_port}"
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = folder / "haproxy.log"
 
@@ -195,8 +216,12 @@ class Balancer(Started):
         )
 
     def servers_cfg(self) -> str:
+        """Both backends haproxy.cfg names: gRPC on `ports`, HTTP on `http_ports` (may be none:
+        the HTTP frontend then answers 503)."""
         lines = ["backend xattn"]
         lines += [f"    server r{i} 127.0.0.1:{port}" for i, port in enumerate(self.ports)]
+        lines += ["", "backend xattn_http from xattn_http"]
+        lines += [f"    server h{i} 127.0.0.1:{port}" for i, port in enumerate(self.http_ports)]
         return "\n".join(lines) + "\n"
 
     def start(self, timeout: float = 30.0) -> Balancer:
@@ -208,13 +233,20 @@ class Balancer(Started):
         env = {
             **os.environ,
             "XATTN_LB_BIND": self.address,
+            "XATTN_LB_HTTP_BIND": self.http_address,
             "XATTN_LB_STATS": f"127.0.0.1:{self.stats_port}",
         }
         command = [binary, "-db", "-f", str(HAPROXY_CFG), "-f", str(servers)]
         log = self.log_path.open("wb")
         self.proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        http = {f"h{i}" for i in range(len(self.http_ports))}
         wait_until(
-            lambda: self._alive() and self.up() == {f"r{i}" for i in range(len(self.ports))},
+            lambda: (
+                self._alive()
+                and self.stats_csv() is not None  # listening (with no servers, up() is empty)
+                and self.up() == {f"r{i}" for i in range(len(self.ports))}
+                and self.up("xattn_http") == http
+            ),
             "HAProxy never saw every replica UP",
             timeout,
         )
@@ -226,23 +258,29 @@ class Balancer(Started):
             raise RuntimeError(f"haproxy exited: {self.log_path.read_text(errors='replace')}")
         return True
 
-    def servers(self) -> dict[str, dict[str, str]]:
-        """HAProxy's stats CSV rows of the backend's servers, by server name."""
+    def stats_csv(self) -> str | None:
+        """HAProxy's stats page as CSV; None while it does not answer."""
         url = f"http://127.0.0.1:{self.stats_port}/;csv"
         try:
             with urllib.request.urlopen(url, timeout=2) as reply:
-                text = reply.read().decode()
+                return str(reply.read().decode())
         except OSError:
+            return None
+
+    def servers(self, backend: str = "xattn") -> dict[str, dict[str, str]]:
+        """HAProxy's stats CSV rows of a backend's servers, by server name."""
+        text = self.stats_csv()
+        if text is None:
             return {}
         rows = csv.DictReader(io.StringIO(text.lstrip("# ")))
         return {
             r["svname"]: r
             for r in rows
-            if r["pxname"] == "xattn" and r["svname"] not in ("FRONTEND", "BACKEND")
+            if r["pxname"] == backend and r["svname"] not in ("FRONTEND", "BACKEND")
         }
 
-    def up(self) -> set[str]:
-        return {name for name, row in self.servers().items() if row["status"] == "UP"}
+    def up(self, backend: str = "xattn") -> set[str]:
+        return {name for name, row in self.servers(backend).items() if row["status"] == "UP"}
 
     def log_lines(self) -> list[str]:
         return self.log_path.read_text(errors="replace").splitlines()

@@ -19,7 +19,7 @@ MERGE_KEYS = {
     "env": "name",
     "volumes": "name",
     "volumeMounts": "mountPath",
-    "ports": "containerPort",
+    "ports": "containerPort",  # a container's; a Service's ports merge by "port"
 }
 
 
@@ -38,6 +38,8 @@ def merge(base: Any, patch: Any, key: str | None = None) -> Any:
         return out
     if isinstance(base, list) and isinstance(patch, list) and key in MERGE_KEYS:
         field = MERGE_KEYS[key]
+        if key == "ports" and all("port" in item for item in base + patch):
+            field = "port"  # a Service's (ServicePort's patchMergeKey)
         out, new = [copy.deepcopy(item) for item in base], []
         for item in patch:
             match = next((i for i, b in enumerate(out) if b.get(field) == item.get(field)), None)

@@ -129,10 +129,72 @@ def test_haproxy_accepts_the_config(servers: str, tmp_path: Path) -> None:
     assert done.returncode != 0 and "xattn" in done.stdout + done.stderr
 
 
+def error_pages() -> list[Path]:
+    """The files haproxy.cfg's errorfile lines name (relative to it: default-path config)."""
+    text = HAPROXY_CFG.read_text()
+    assert re.search(r"^\s+default-path config\b", text, re.M)
+    return [HAPROXY_CFG.parent / f for f in re.findall(r"^\s+errorfile \d+ (\S+)", text, re.M)]
+
+
+def section(name: str) -> str:
+    """One section of haproxy.cfg (its header line to the next), comments dropped."""
+    text = HAPROXY_CFG.read_text()
+    match = re.search(rf"^{name}\n(.*?)(?=^\S|\Z)", text, re.M | re.S)
+    assert match, name
+    return "\n".join(line.split("#")[0].rstrip() for line in match[1].splitlines())
+
+
+def test_haproxy_error_pages_are_grpc_and_openai_shaped() -> None:
+    """HAProxy's own 502/503/504: on the gRPC side a trailers-only gRPC answer with
+    grpc-status 14 (UNAVAILABLE, which the client's policy retries); on the HTTP side
+    OpenAI's error shape with Retry-After. Each file parses as an HTTP response whose
+    Content-Length is its body's."""
+    grpc_side, http_side = section("defaults xattn"), section("defaults xattn_http")
+    for side, kind in ((grpc_side, "grpc"), (http_side, "http")):
+        codes = re.findall(rf"errorfile (\d+) errors/{kind}-(\d+)\.http", side)
+        assert sorted(codes) == [("502", "502"), ("503", "503"), ("504", "504")], kind
+    assert sorted(p.name for p in error_pages()) == sorted(
+        f"{kind}-{code}.http" for kind in ("grpc", "http") for code in (502, 503, 504)
+    )
+    for path in error_pages():
+        head, _, body = path.read_bytes().partition(b"\r\n\r\n")
+        status, *lines = head.decode("ascii").split("\r\n")
+        headers = dict(line.split(": ", 1) for line in lines)
+        code = path.stem.split("-")[1]
+        assert status.startswith(f"HTTP/1.1 {code} "), path
+        assert int(headers["content-length"]) == len(body), path
+        if path.name.startswith("grpc-"):
+            assert headers["content-type"] == "application/grpc" and body == b""
+            assert headers["grpc-status"] == str(grpc.StatusCode.UNAVAILABLE.value[0])
+            assert headers["grpc-message"].startswith("xattn balancer: ")
+        else:
+            assert headers["content-type"] == "application/json" and headers["retry-after"]
+            error = json.loads(body)["error"]
+            assert set(error) == {"message", "type", "param", "code"}, path
+            assert error["type"] == "server_error" and error["message"].endswith(f"({code})")
+
+
+def test_haproxy_http_frontend() -> None:
+    """The HTTP API's frontend and backend: leastconn, GET /health checks, retries only where
+    nothing can have run, a tunnel timeout for WebSockets (/v1/realtime)."""
+    frontend, defaults = section("frontend http from xattn_http"), section("defaults xattn_http")
+    assert 'bind "${XATTN_LB_HTTP_BIND}"' in frontend and "default_backend xattn_http" in frontend
+    assert "balance leastconn" in defaults and "mode http" in defaults
+    assert "http-check send meth GET uri /health" in defaults
+    assert "http-check expect status 200" in defaults and "option httpchk" in defaults
+    (retry_on,) = re.findall(r"retry-on (.+)", defaults)
+    assert set(retry_on.split()) == {"conn-failure", "empty-response"}
+    assert re.search(r"timeout tunnel \d+h", defaults)
+    # `defaults xattn` stays the last: an unnamed `backend xattn` of one's own inherits it
+    text = HAPROXY_CFG.read_text()
+    assert text.rindex("\ndefaults xattn\n") > text.index("\ndefaults xattn_http\n")
+
+
 def test_compose_scale_profile() -> None:
     """The `scale` profile: replicas like `server`, behind the balancer built from
     deploy/haproxy/ (its files in its image, not .dockerignored), published on loopback."""
     from test_compose import docker_compose, dockerignore_excludes, load_compose
+    from test_compose import interpolate_defaults as interpolate
 
     services = load_compose()["services"]
     replica, balancer, server = services["replica"], services["balancer"], services["server"]
@@ -145,12 +207,22 @@ def test_compose_scale_profile() -> None:
     assert balancer["stop_signal"] == "SIGUSR1"  # HAProxy's soft stop
     dockerfile = ROOT / balancer["build"]["dockerfile"]
     copies = re.findall(r"^COPY (.+) (\S+)$", dockerfile.read_text(), re.M)
-    ((sources, dest),) = [(c[0].split(), c[1]) for c in copies]
+    (sources, dest), (errors, errors_dest) = [(c[0].split(), c[1]) for c in copies]
     for source in sources:
         assert (ROOT / source).is_file() and not dockerignore_excludes(source), source
     files = [w for w in balancer["command"] if w.endswith(".cfg")]
     assert files == [f"{dest}{Path(s).name}" for s in sources]
-    assert "replica:50051" in (HAPROXY_CFG.parent / "servers-compose.cfg").read_text()
+    # the error pages, where haproxy.cfg's relative paths (default-path config) find them
+    assert errors == ["deploy/haproxy/errors/"] and errors_dest == f"{dest}errors/"
+    for path in error_pages():
+        rel = path.relative_to(ROOT).as_posix()
+        assert rel.startswith(errors[0]) and not dockerignore_excludes(rel), rel
+    servers = (HAPROXY_CFG.parent / "servers-compose.cfg").read_text()
+    assert "replica:50051" in servers and "replica:8000" in servers
+    assert "backend xattn_http from xattn_http" in servers
+    assert balancer["environment"]["XATTN_LB_HTTP_BIND"] == "0.0.0.0:8000"
+    assert "127.0.0.1:${XATTN_LB_HTTP_PORT:-8001}:8000" in balancer["ports"]
+    assert interpolate(str(replica["environment"]["XATTN_HTTP_PORT"])) == "8000"
     done = subprocess.run(
         [docker_compose(), "--profile", "scale", "-f", str(ROOT / "docker-compose.yml"), "config"],
         cwd=ROOT,
@@ -267,3 +339,39 @@ def test_a_call_a_proxy_cancels_before_any_answer_is_sent_again(method: str) -> 
             list(rpc(request(audio=pb.Audio(encoded=b"\0" * 300_000)), timeout=20))
     assert error.value.code() == grpc.StatusCode.NOT_FOUND, error.value
     assert proxy.calls == 2
+
+
+def test_haproxy_with_no_server_answers_grpc_unavailable_and_openai_503(tmp_path: Path) -> None:
+    """The real HAProxy with the repository's config and no server up: it answers itself.
+    A gRPC call (unary and streaming, small enough to have been sent whole) gets UNAVAILABLE
+    with the balancer's grpc-message (HAProxy's HTML 503 reached a stream as UNKNOWN, which
+    nothing retries), and the client's channel sends it again: every attempt is in the log.
+    The HTTP frontend answers OpenAI's error shape with Retry-After."""
+    import urllib.error
+    import urllib.request
+
+    with Balancer([], tmp_path) as lb:
+        for options in ([("grpc.enable_retries", 0)], channel_options()):
+            with grpc.insecure_channel(lb.address, options=options) as channel:
+                for method, kind in (("Transcribe", "unary"), ("StreamTranscribe", "stream")):
+                    rid = f"{method}-{len(options)}"
+                    rpc = (channel.unary_unary if kind == "unary" else channel.unary_stream)(
+                        f"/xattn.v1.Transcriber/{method}",
+                        request_serializer=lambda r: r.SerializeToString(),
+                        response_deserializer=lambda data: data,
+                    )
+                    request = pb.TranscribeRequest(audio=pb.Audio(encoded=b"\0" * 1000))
+                    with pytest.raises(grpc.RpcError) as error:
+                        list(rpc(request, timeout=30, metadata=(("x-request-id", rid),)))
+                    assert error.value.code() == grpc.StatusCode.UNAVAILABLE, error.value
+                    assert error.value.details().startswith("xattn balancer: "), error.value
+                    attempts = [line for line in lb.log_lines() if "{" + rid + "}" in line]
+                    # the policy's 5 attempts (gRPC may add a transparent one)
+                    assert len(attempts) >= (5 if len(options) > 1 else 1), attempts
+                    assert len(attempts) <= (6 if len(options) > 1 else 1), attempts
+                    assert all(" 503 " in line for line in attempts), attempts
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"http://{lb.http_address}/v1/models", timeout=10)
+    assert refused.value.code == 503 and refused.value.headers["Retry-After"] == "1"
+    error = json.loads(refused.value.read())["error"]
+    assert error["type"] == "server_error" and "no server" in error["message"]

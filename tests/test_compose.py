@@ -324,8 +324,12 @@ def test_server_service() -> None:
     assert env["XATTN_HOST"] == "0.0.0.0"
     assert server["command"] == ["xattn-server"]
     assert server["restart"] == "unless-stopped"
-    assert server["ports"] == ["127.0.0.1:${XATTN_PORT:-50051}:${XATTN_PORT:-50051}"]
-    assert env["XATTN_PORT"] == "50051"
+    assert server["ports"] == [
+        "127.0.0.1:${XATTN_PORT:-50051}:${XATTN_PORT:-50051}",
+        "127.0.0.1:${XATTN_HTTP_PORT:-8000}:${XATTN_HTTP_PORT:-8000}",  # the HTTP API
+    ]
+    assert env["XATTN_PORT"] == "50051" and env["XATTN_HTTP_PORT"] == "8000"
+    assert "XATTN_HTTP_HOST" not in env  # its default: XATTN_HOST, the container's interfaces
 
     from xattn.service.server import ServerConfig
 
@@ -667,6 +671,9 @@ def test_tls_override_passes_the_validators(tmp_path: Path) -> None:
         "XATTN_PROBE_SERVER_NAME"
     }
     assert [s["source"] for s in server["secrets"]] == ["xattn_cert", "xattn_key", "xattn_tokens"]
+    # the HTTP API serves HTTPS with the same certificate, published where it was
+    assert "127.0.0.1:8000:8000/tcp" in server["ports"], server["ports"]  # as v1 writes them
+    assert server["environment"]["XATTN_HTTP_PORT"] == "8000"
     assert "--ca" in client["command"] and "--token-file" in client["command"]
     assert merged["secrets"]["xattn_key"]["file"] == str(tmp_path / "server.key")
 
@@ -688,6 +695,7 @@ def test_tls_override_end_to_end(tmp_path: Path) -> None:
 
     server_env = {k: local(str(v)) for k, v in merged["services"]["server"]["environment"].items()}
     server_env = {k: v for k, v in server_env.items() if k not in ("XATTN_HOST", "XATTN_PORT")}
+    server_env["XATTN_HTTP_PORT"] = "0"  # a free port, not the host's 8000
     with running_server(tmp_path, server_env) as port:  # the probe (TLS, name `server`) says 0
         command = [local(w) for w in merged["services"]["client"]["command"]]
         command = [w.replace("/out/", f"{tmp_path}/") for w in command]

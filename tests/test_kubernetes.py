@@ -146,6 +146,18 @@ def probe_problems(c: Doc) -> list[str]:
             continue
         if "grpc" in probe and probe["grpc"]["port"] not in ports:
             problems.append(f"{name} probes port {probe['grpc']['port']}, not in {ports}")
+        if "httpGet" in probe:  # the HTTP API's /health, on its port (by name or number)
+            get, names = probe["httpGet"], {p.get("name") for p in c.get("ports", [])}
+            http = next((p for p in c.get("ports", []) if p.get("name") == "http"), None)
+            if get["port"] not in names | ports or http is None:
+                problems.append(f"{name} gets port {get['port']}, not in {names | ports}")
+            elif get["port"] not in ("http", http["containerPort"]):
+                problems.append(f"{name} gets port {get['port']}, not the HTTP API's")
+            if get.get("path") != "/health":
+                problems.append(f"{name} gets {get.get('path')}, not /health")
+            tls = "XATTN_TLS_CERT" in env_of(c)
+            if (get.get("scheme", "HTTP") == "HTTPS") != tls:
+                problems.append(f"{name}: scheme {get.get('scheme', 'HTTP')} with TLS {tls}")
         if "exec" in probe:
             command = probe["exec"]["command"]
             script = next((w for w in command if w.endswith(".py")), "")
@@ -180,9 +192,21 @@ def test_probes_point_at_a_port_that_exists(rendered: dict[tuple[str, str], Doc]
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         if "grpc" in broken[probe]:
             broken[probe]["grpc"]["port"] = 50052
+        elif "httpGet" in broken[probe]:
+            broken[probe]["httpGet"]["port"] = "grpc"  # a port, but not the HTTP API's
         else:
             broken[probe]["exec"]["command"] = ["python", "/app/probe.py"]
     assert len(probe_problems(broken)) == 3
+    # readiness asks the HTTP API's /health, on the port XATTN_HTTP_PORT names
+    ready = c["readinessProbe"]["httpGet"]
+    (http,) = [p for p in c["ports"] if p["name"] == "http"]
+    assert ready["port"] == "http" and env_of(c)["XATTN_HTTP_PORT"] == str(http["containerPort"])
+    for change in ({"path": "/healthz"}, {"port": 9999}, {"scheme": "HTTP", "path": "/health"}):
+        wrong = copy.deepcopy(c)
+        wrong["readinessProbe"]["httpGet"].update(change)
+        if change.get("scheme") == "HTTP" and "XATTN_TLS_CERT" not in env_of(c):
+            wrong["readinessProbe"]["httpGet"]["scheme"] = "HTTPS"  # TLS off: HTTPS is wrong
+        assert len(probe_problems(wrong)) == 1, change
     two = copy.deepcopy(c)
     two["livenessProbe"]["tcpSocket"] = {"port": 50051}
     assert probe_problems(two) == [
@@ -224,10 +248,15 @@ def test_services_select_the_pods(rendered: dict[tuple[str, str], Doc]) -> None:
     services = {name: d for (kind, name), d in rendered.items() if kind == "Service"}
     assert services["xattn-headless"]["spec"]["clusterIP"] == "None"
     assert services["xattn"]["spec"].get("type", "ClusterIP") == "ClusterIP"
+    tls = "XATTN_TLS_CERT" in env_of(container(rendered))
     for service in services.values():
         assert service["spec"]["selector"].items() <= pod_labels.items()
-        (port,) = service["spec"]["ports"]
-        assert port["targetPort"] in port_names and port["appProtocol"] == "kubernetes.io/h2c"
+        grpc_port, http_port = service["spec"]["ports"]
+        assert grpc_port["targetPort"] in port_names
+        assert grpc_port["name"] == "grpc" and grpc_port["appProtocol"] == "kubernetes.io/h2c"
+        assert http_port["name"] == http_port["targetPort"] == "http" and "http" in port_names
+        assert http_port["port"] == 8000 and http_port["protocol"] == "TCP"
+        assert http_port["appProtocol"] == ("https" if tls else "http")  # the overlay's TLS
     budget = rendered[("PodDisruptionBudget", "xattn-server")]
     assert budget["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     hpa = rendered[("HorizontalPodAutoscaler", "xattn-server")]["spec"]
@@ -304,6 +333,9 @@ def test_production_overlay_wires_tls_and_tokens() -> None:
         ("XATTN_AUTH_TOKEN_FILE", "tokens"),
     ):
         assert env[var] == f"{folder}/{file}" and file in made, var
-    # the kubelet's gRPC probe speaks plaintext only: with TLS every probe is exec
-    for name in ("startupProbe", "readinessProbe", "livenessProbe"):
+    # the kubelet's gRPC probe speaks plaintext only: with TLS startup and liveness are
+    # exec; readiness gets the HTTP API's /health over HTTPS (the kubelet skips verifying)
+    for name in ("startupProbe", "livenessProbe"):
         assert "exec" in c[name] and "grpc" not in c[name], name
+    assert c["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert set(c["readinessProbe"]) & {"exec", "grpc"} == set()
