@@ -62,7 +62,8 @@ COPY deploy/health_probe.py deploy/health_probe.py
 COPY samples/hello.wav samples/hello.wav
 
 # XATTN_HOST: listen on every interface of the container (the server's default is 127.0.0.1,
-# which nothing outside the container could reach); publish the port on the host's loopback.
+# which nothing outside the container could reach); publish the ports on the host's loopback.
+# XATTN_HTTP_PORT: OpenAI's audio API beside gRPC (XATTN_HTTP_PORT= turns it off).
 ENV PATH=/opt/xattn/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
@@ -70,6 +71,7 @@ ENV PATH=/opt/xattn/bin:$PATH \
     XATTN_EXTENSIONS=/opt/xattn/extensions \
     XATTN_HOST=0.0.0.0 \
     XATTN_PORT=50051 \
+    XATTN_HTTP_PORT=8000 \
     XATTN_MODEL=tiny.en
 
 # Fail the build, not the first request, if the weights or a console script are missing.
@@ -77,7 +79,7 @@ RUN xattn-server --help >/dev/null && xattn --help >/dev/null \
     && python -c "from xattn.model.checkpoints import load_checkpoint; load_checkpoint('tiny.en')"
 
 USER xattn
-EXPOSE 50051
+EXPOSE 50051 8000
 
 # SERVING only once the model is loaded and warmed up; NOT_SERVING while draining on SIGTERM.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
