@@ -129,6 +129,7 @@ class Run(Generic[T]):
         self._loop = asyncio.get_running_loop()
         self._space = threading.Semaphore(BUFFERED_EVENTS)
         self._done = False
+        self._started = False  # events() was entered (it ends the run however it ends)
         self.audio: np.ndarray | None = None  # decoded, waiting for a worker
         self.claimed = False  # under the engine's lock: a worker took it, or it ended queued
 
@@ -140,6 +141,7 @@ class Run(Generic[T]):
     async def events(self) -> AsyncIterator[T]:
         """The shaped events; raises what the audio loader or the model raised."""
         engine, submitted = self._engine, False
+        self._started = True
         try:
             t0 = time.perf_counter()
             self.audio = await in_passing_thread(self._load_audio)  # its torch (resampling) too
@@ -163,6 +165,12 @@ class Run(Generic[T]):
             raise
         finally:
             self.cancelled.set()  # the worker, if still running, stops within one token
+
+    def abandon(self) -> None:
+        """End a run whose events() was never entered (its consumer went away first)."""
+        if not self._started:
+            self._started = True
+            self._engine.end(self, "cancelled")
 
     # called on the worker thread
     def put(self, item: object) -> None:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import io
 import json
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,7 @@ from xattn.model.audio import decode_audio
 from xattn.model.pipeline import Pipeline, load_pipeline
 from xattn.model.results import Segment
 from xattn.service.background import BackgroundServer
+from xattn.service.engine import Run
 from xattn.service.http.languages import LANGUAGES
 from xattn.service.server import ServerConfig
 
@@ -335,3 +337,54 @@ def test_error_body_shape(server: BackgroundServer) -> None:
     assert status == 400
     error = json.loads(body)["error"]
     assert set(error) == {"message", "type", "param", "code"} and error["param"] == "file"
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_a_client_that_goes_away_stops_the_work(server: BackgroundServer, jfk: bytes) -> None:
+    """The stream's client reads one delta and closes: the run is cancelled (the worker,
+    held before its first segment until then, stops instead of finishing)."""
+    engine = server.engine
+    pipe = engine.pipeline_for("tiny.en")
+    original_transcribe, original_submit = pipe.transcribe, engine.submit
+    runs: list[Run] = []
+    release = threading.Event()
+
+    def submit(*args: object, **kwargs: object) -> Run:
+        runs.append(original_submit(*args, **kwargs))
+        return runs[-1]
+
+    def held(audio: np.ndarray, options: object = None) -> Iterator[object]:
+        for event in original_transcribe(audio, options):
+            if isinstance(event, Segment):
+                assert release.wait(60)
+            yield event
+
+    before = engine.counters()
+    object.__setattr__(pipe, "transcribe", held)
+    engine.submit = submit  # type: ignore[method-assign]
+    try:
+        stream = transcribe(client_for(server), jfk, model="tiny.en", stream=True)
+        for event in stream:
+            assert event.type == "transcript.text.delta"
+            break
+        stream.close()  # the connection goes away mid-stream
+        assert wait_for(lambda: runs[0].cancelled.is_set())  # the server saw it
+    finally:
+        release.set()
+        object.__delattr__(pipe, "transcribe")
+        del engine.submit
+    assert wait_for(lambda: engine.counters().in_flight == before.in_flight)
+    after = engine.counters()
+    assert after.cancelled == before.cancelled + 1 and after.finished == before.finished
+
+
+def client_for(server: BackgroundServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"http://{server.http_address}/v1", api_key="x", max_retries=0)

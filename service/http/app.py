@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 
@@ -31,7 +31,7 @@ from starlette.websockets import WebSocket
 
 from xattn.model.pipeline import Pipeline
 from xattn.service.admit import start_transcription
-from xattn.service.engine import Engine
+from xattn.service.engine import Engine, Run
 from xattn.service.http import shapes
 from xattn.service.http.errors import ApiError, api_error, bad_param
 from xattn.service.http.forms import (
@@ -192,7 +192,7 @@ class Api:
         except Exception as e:
             return api_error(e).response()
 
-    def _start(self, parsed: FormRequest, pipe: Pipeline, stream: bool):  # noqa: ANN202
+    def _start(self, parsed: FormRequest, pipe: Pipeline, stream: bool) -> Run:
         mode = (
             pb.ALIGNMENT_MODE_MEAN_ALIGNMENT_HEADS if parsed.attention else pb.ALIGNMENT_MODE_NONE
         )
@@ -228,9 +228,7 @@ class Api:
 
     def _stream(self, parsed: FormRequest, pipe: Pipeline) -> Response:
         run = self._start(parsed, pipe, stream=True)  # admitted now: a 429 comes as a status
-        events = sse_events(run.events(), parsed, Deltas(pipe.tokenizer))
-        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}  # no proxy buffering
-        return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+        return EventStream(run, sse_events(run.events(), parsed, Deltas(pipe.tokenizer)))
 
     # --- realtime ---
     async def realtime(self, websocket: WebSocket) -> None:
@@ -240,6 +238,23 @@ class Api:
         from xattn.service.http.realtime import realtime_session
 
         await realtime_session(websocket, self.engine, self.settings.live)
+
+
+class EventStream(StreamingResponse):
+    """text/event-stream of a run's events; the run ends even if they are never read (the
+    client went away before the first one)."""
+
+    def __init__(self, run: Run, events: AsyncIterator[str]) -> None:
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}  # no proxy buffering
+        super().__init__(events, media_type="text/event-stream", headers=headers)
+        self.run = run
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.body_iterator.aclose()  # type: ignore[attr-defined]
+            self.run.abandon()
 
 
 def _model(pipe: Pipeline) -> dict:

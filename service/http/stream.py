@@ -15,7 +15,8 @@ with an empty `delta`) carrying `xattn`: the token and its row, `{"shape": [1, n
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 
 from xattn.model.tokenizer import Tokenizer
 from xattn.service.http.errors import api_error
@@ -58,61 +59,62 @@ def _token(t: pb.Token) -> dict:
 
 
 async def sse_events(
-    responses: AsyncIterator[Response], request: FormRequest, deltas: Deltas
+    responses: AsyncGenerator[Response, None], request: FormRequest, deltas: Deltas
 ) -> AsyncIterator[str]:
     """The run's StreamTranscribeResponse messages -> SSE events."""
     logprobs: list[dict] = []
     try:
-        async for r in responses:
-            kind = r.WhichOneof("event")
-            if kind == "token":
-                text = deltas.push(r.token.id)
-                if not text and not request.attention:
-                    continue
-                body: dict = {"type": "transcript.text.delta", "delta": text}
-                if request.logprobs and text:
-                    entry = {"token": text, "logprob": r.token.logprob,
-                             "bytes": list(text.encode("utf-8"))}  # fmt: skip
-                    body["logprobs"] = [entry]
-                    logprobs.append(entry)
-                if request.attention:
-                    body["xattn"] = {"tokens": [_token(r.token)]}
-                    if r.token.HasField("alignment"):
-                        row = r.token.alignment  # [n_rows, 1500]
-                        rows = pb.Tensor(
-                            shape=[1, *row.shape], data_type=row.data_type, data=row.data
-                        )
-                        body["xattn"]["attention"] = tensor(rows)
-                yield _event(body)
-            elif kind == "window_start" and request.attention:
-                w = r.window_start
-                yield _event(
-                    {
-                        "type": "xattn.window",
-                        "window": w.window,
-                        "offset": w.offset,
-                        "num_frames": w.num_frames,
-                        "language": w.language,
-                    }  # fmt: skip
-                )
-            elif kind == "window_discarded":
-                d = r.window_discarded
-                yield _event(
-                    {
-                        "type": "xattn.window_discarded",
-                        "window": d.window,
-                        "temperature": d.temperature,
-                        "reason": d.reason,
-                    }  # fmt: skip
-                )
-            elif kind == "done":
-                done: dict = {
-                    "type": "transcript.text.done",
-                    "text": r.done.transcript.text.lstrip(),
-                }
-                if request.logprobs:
-                    done["logprobs"] = logprobs
-                yield _event(done)
+        async with aclosing(responses) as events:  # closed with us: the run stops at once
+            async for r in events:
+                kind = r.WhichOneof("event")
+                if kind == "token":
+                    text = deltas.push(r.token.id)
+                    if not text and not request.attention:
+                        continue
+                    body: dict = {"type": "transcript.text.delta", "delta": text}
+                    if request.logprobs and text:
+                        entry = {"token": text, "logprob": r.token.logprob,
+                                 "bytes": list(text.encode("utf-8"))}  # fmt: skip
+                        body["logprobs"] = [entry]
+                        logprobs.append(entry)
+                    if request.attention:
+                        body["xattn"] = {"tokens": [_token(r.token)]}
+                        if r.token.HasField("alignment"):
+                            row = r.token.alignment  # [n_rows, 1500]
+                            rows = pb.Tensor(
+                                shape=[1, *row.shape], data_type=row.data_type, data=row.data
+                            )
+                            body["xattn"]["attention"] = tensor(rows)
+                    yield _event(body)
+                elif kind == "window_start" and request.attention:
+                    w = r.window_start
+                    yield _event(
+                        {
+                            "type": "xattn.window",
+                            "window": w.window,
+                            "offset": w.offset,
+                            "num_frames": w.num_frames,
+                            "language": w.language,
+                        }  # fmt: skip
+                    )
+                elif kind == "window_discarded":
+                    d = r.window_discarded
+                    yield _event(
+                        {
+                            "type": "xattn.window_discarded",
+                            "window": d.window,
+                            "temperature": d.temperature,
+                            "reason": d.reason,
+                        }  # fmt: skip
+                    )
+                elif kind == "done":
+                    done: dict = {
+                        "type": "transcript.text.done",
+                        "text": r.done.transcript.text.lstrip(),
+                    }
+                    if request.logprobs:
+                        done["logprobs"] = logprobs
+                    yield _event(done)
     except Exception as e:  # after the headers: the error travels as an event
         error = api_error(e)
         yield _event({"type": "error", "error": json.loads(error.response().body)["error"]})
