@@ -219,12 +219,9 @@ class Api:
                 shapes.subtitles(response.transcript, fmt), media_type=shapes.TEXT_TYPES[fmt]
             )
         if fmt == "verbose_json":
-            heads = shapes.heads_of(parsed.alignment, [])
-            if heads == []:
-                d = pipe.dims
-                heads = [[la, h] for la in range(d.n_text_layer) for h in range(d.n_text_head)]
-            return JSONResponse(shapes.verbose(response, parsed, heads, []))
-        return JSONResponse(shapes.plain(response, parsed, []))
+            heads = shapes.heads_of(parsed.alignment, pipe.dims)
+            return JSONResponse(shapes.verbose(response, parsed, heads))
+        return JSONResponse(shapes.plain(response))
 
     def _stream(self, parsed: FormRequest, pipe: Pipeline) -> Response:
         run = self._start(parsed, pipe, stream=True)  # admitted now: a 429 comes as a status

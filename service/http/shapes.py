@@ -4,7 +4,7 @@ json: `{"text", "usage"}`; verbose_json: `{"task", "language", "duration", "text
 "segments"[], "words"[], "usage"}` with OpenAI's segment fields (`id, seek, start, end, text,
 tokens, temperature, avg_logprob, compression_ratio, no_speech_prob`) and words (`word,
 start, end`); text, srt and vtt as whisper writes them, a cue per segment. The top-level
-text is stripped, as OpenAI's; segments keep whisper's leading space.
+text has no leading space, as OpenAI's; segments keep whisper's.
 
 Rows (`include[]=attention`): each window's tokens x frames matrix as
 `{"shape": [n_tokens, n_rows, 1500], "dtype": "float16", "data": base64}` of little-endian,
@@ -19,6 +19,7 @@ from datetime import timedelta
 
 import srt
 
+from xattn.model.dims import ModelDims
 from xattn.service.http.forms import FormRequest
 from xattn.service.http.languages import language_name
 from xattn.service.rows import WIRE_DTYPES
@@ -40,6 +41,12 @@ def tensor(t: pb.Tensor) -> dict:
         "dtype": DTYPE_NAMES[t.data_type],
         "data": base64.b64encode(t.data).decode("ascii"),
     }
+
+
+def text_of(t: pb.Transcript) -> str:
+    """The transcript's text as the API gives it: without whisper's leading space (kept
+    otherwise as decoded, so that the stream's deltas concatenate to it exactly)."""
+    return t.text.lstrip()
 
 
 def usage(duration: float) -> dict:
@@ -69,7 +76,7 @@ def words(t: pb.Transcript) -> list[dict]:
     ]
 
 
-def window(w: pb.WindowAlignment, heads: list[list[int]] | str) -> dict:
+def window(w: pb.WindowAlignment, heads: str | list[list[int]]) -> dict:
     return {
         "window": w.window,
         "offset": w.offset,
@@ -81,44 +88,38 @@ def window(w: pb.WindowAlignment, heads: list[list[int]] | str) -> dict:
     }
 
 
-def heads_of(alignment: pb.AlignmentOptions, alignment_heads: list[list[int]]) -> object:
+def heads_of(alignment: pb.AlignmentOptions, dims: ModelDims) -> str | list[list[int]]:
     """What a row's first axis holds: "mean" of the alignment heads, or the [layer, head]s."""
     if alignment.mode == pb.ALIGNMENT_MODE_MEAN_ALIGNMENT_HEADS:
         return "mean"
     if alignment.mode == pb.ALIGNMENT_MODE_HEADS:
         return [[h.layer, h.head] for h in alignment.heads]
-    return alignment_heads  # ALL_HEADS: every (layer, head), filled in by the caller
+    return [[la, h] for la in range(dims.n_text_layer) for h in range(dims.n_text_head)]
 
 
 def verbose(
-    response: pb.TranscribeResponse, request: FormRequest, heads: object, logprobs: list[dict]
+    response: pb.TranscribeResponse, request: FormRequest, heads: str | list[list[int]]
 ) -> dict:
     t = response.transcript
     body: dict = {
         "task": "translate" if request.options.task == pb.TASK_TRANSLATE else "transcribe",
         "language": language_name(t.language),
         "duration": t.duration,
-        "text": t.text.strip(),
+        "text": text_of(t),
     }
     if request.segments:
         body["segments"] = [segment(s) for s in t.segments]
     if request.words:
         body["words"] = words(t)
-    if request.logprobs:
-        body["logprobs"] = logprobs
     body["usage"] = usage(t.duration)
     if request.attention:
-        body["attention"] = [window(w, heads) for w in response.windows]  # type: ignore[arg-type]
+        body["attention"] = [window(w, heads) for w in response.windows]
     return body
 
 
-def plain(response: pb.TranscribeResponse, request: FormRequest, logprobs: list[dict]) -> dict:
+def plain(response: pb.TranscribeResponse) -> dict:
     t = response.transcript
-    body: dict = {"text": t.text.strip()}
-    if request.logprobs:
-        body["logprobs"] = logprobs
-    body["usage"] = usage(t.duration)
-    return body
+    return {"text": text_of(t), "usage": usage(t.duration)}
 
 
 def _stamp(seconds: float, marker: str) -> str:
@@ -129,7 +130,7 @@ def _stamp(seconds: float, marker: str) -> str:
 def subtitles(t: pb.Transcript, kind: str) -> str:
     """text, srt or vtt: a cue per segment with text, as whisper's writers."""
     if kind == "text":
-        return t.text.strip() + "\n"
+        return text_of(t).rstrip() + "\n"
     cues = [s for s in t.segments if s.text.strip()]
     if kind == "srt":
         return srt.compose(

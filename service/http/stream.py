@@ -21,7 +21,7 @@ from contextlib import aclosing
 from xattn.model.tokenizer import Tokenizer
 from xattn.service.http.errors import api_error
 from xattn.service.http.forms import FormRequest
-from xattn.service.http.shapes import tensor
+from xattn.service.http.shapes import tensor, text_of
 from xattn.v1 import transcriber_pb2 as pb
 
 Response = pb.StreamTranscribeResponse
@@ -110,7 +110,7 @@ async def sse_events(
                 elif kind == "done":
                     done: dict = {
                         "type": "transcript.text.done",
-                        "text": r.done.transcript.text.lstrip(),
+                        "text": text_of(r.done.transcript),
                     }
                     if request.logprobs:
                         done["logprobs"] = logprobs
