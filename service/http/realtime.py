@@ -1,0 +1,413 @@
+"""OpenAI's Realtime transcription session over a WebSocket, on the live StreamingRecognize.
+
+`/v1/realtime?intent=transcription`: the client sends `session.update` (or the beta
+`transcription_session.update`) and `input_audio_buffer.append` / `.commit` / `.clear`; the
+server answers with the events OpenAI's Realtime API defines (docs/realtime.md). Each stretch
+of audio between commits (or clears) is one `LiveSession`, fed from a queue with the same
+requests a gRPC client sends, so admission, limits, the idle timeout and cancellation are the
+gRPC stream's. PCM16 at 24 kHz is resampled to 16 kHz as it arrives (`StreamResampler`).
+
+Turns: with `server_vad` (the default) the stream runs our Silero VAD and a turn is a speech
+(speech_started .. speech_stopped, committed at its end, as the live policy commits an
+utterance); with `turn_detection: null` a turn is the audio between two commits. The live
+policy's finals (decided while the person still speaks, never revised) are the `delta`s of
+their turn's item; `completed` carries their concatenation. Rows: `xattn.attention`, opt-in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+import torch
+import torchaudio.functional as AF
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from xattn.model.audio import SAMPLE_RATE
+from xattn.service.engine import Engine
+from xattn.service.http.realtime_session import (
+    EventError,
+    SessionConfig,
+    initial_config,
+    session_json,
+    update_config,
+)
+from xattn.service.live import LiveSession, LiveSettings
+from xattn.v1 import transcriber_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+INPUT_RATE = 24000  # OpenAI's audio/pcm (pcm16): 24 kHz mono little-endian int16
+FRAMES_PER_SECOND = 50  # encoder frames per second of audio (a row's columns)
+Response = pb.StreamingRecognizeResponse
+_STEP_END = Response()  # marks the end of one decode step's responses (see _Steps)
+BEGIN_TYPE = pb.SPEECH_EVENT_TYPE_SPEECH_ACTIVITY_BEGIN
+END_TYPE = pb.SPEECH_EVENT_TYPE_SPEECH_ACTIVITY_END
+
+
+def _id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:20]}"
+
+
+class StreamResampler:
+    """Mono float32 at `rate` in any pieces -> 16 kHz float32, equal (to float rounding) to
+    torchaudio's resample of the whole signal: each call resamples the new samples with a
+    margin of those before (and after: kept until they arrive) that the kernel reaches."""
+
+    def __init__(self, rate: int = INPUT_RATE) -> None:
+        ratio = Fraction(rate, SAMPLE_RATE)
+        self.p, self.q = ratio.numerator, ratio.denominator  # p in -> q out
+        self.margin = self.p * max(1, -(-64 // self.p))  # input samples; > the kernel's reach
+        self._buf = np.zeros(self.margin, np.float32)  # input from position _start on
+        self._start = -self.margin  # the signal starts with zeros, as torchaudio pads it
+        self._done = 0  # input position (a multiple of p) up to which output was given
+
+    def _out(self, upto: int, pad: int = 0) -> np.ndarray:
+        """The output for input positions [_done, upto); upto - _start + pad is whole steps."""
+        x = np.concatenate([self._buf[: upto + self.margin - self._start], np.zeros(pad)])
+        y = AF.resample(torch.from_numpy(x.astype(np.float32)), self.p, self.q).numpy()
+        first = (self._done - self._start) * self.q // self.p
+        return y[first:]
+
+    def feed(self, x: np.ndarray) -> np.ndarray:
+        self._buf = np.concatenate([self._buf, x.astype(np.float32)])
+        end = (self._start + len(self._buf) - self.margin) // self.p * self.p
+        if end <= self._done:
+            return np.zeros(0, np.float32)
+        y = self._out(end)[: (end - self._done) * self.q // self.p]
+        self._buf = self._buf[end - self.margin - self._start :]
+        self._start, self._done = end - self.margin, end
+        return y
+
+    def flush(self) -> np.ndarray:
+        """The rest (the signal ends here, followed by zeros, as torchaudio pads it)."""
+        total = self._start + len(self._buf)
+        if total <= self._done:
+            return np.zeros(0, np.float32)
+        n = -(-(total - self._done) * self.q // self.p)  # ceil, as torchaudio's length
+        pad = self.margin + (-(total - self._start)) % self.p
+        self._buf = np.concatenate([self._buf, np.zeros(pad, np.float32)])
+        y = self._out(total + pad - self.margin)[:n]
+        self._done = total
+        return y
+
+
+class _Steps(LiveSession):
+    """A LiveSession whose responses mark where each decode step's end (_STEP_END): a speech
+    end and the utterance's finals it commits come in one step."""
+
+    async def _run(self, step: Callable[[], list[Response]]) -> list[Response]:
+        return [*await super()._run(step), _STEP_END]
+
+
+@dataclass
+class _Item:
+    """One conversation item: a turn's transcription."""
+
+    id: str
+    start_ms: int
+    text: str = ""
+    stopped: bool = False  # speech_stopped / committed sent
+    logprobs: list[dict] = field(default_factory=list)
+
+
+class _Turns:
+    """One LiveSession: the audio between commits or clears, and the items it holds."""
+
+    def __init__(self, rt: Realtime, config: SessionConfig, base_ms: int) -> None:
+        self.rt, self.config, self.base_ms = rt, config, base_ms
+        self.resampler = StreamResampler()
+        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.samples = 0  # 16 kHz samples queued
+        self.item: _Item | None = None if config.vad else _Item(_id("item"), base_ms)
+        self.committed = False  # half-closed
+        self.dropped = False  # cleared (or the socket closed): it sends nothing more
+        self.task = asyncio.create_task(self._run(), name="xattn-realtime-turns")
+
+    def append(self, pcm16: bytes) -> None:
+        x = np.frombuffer(pcm16, "<i2").astype(np.float32) / 32768.0
+        self._put(self.resampler.feed(x))
+
+    def commit(self) -> None:
+        self._put(self.resampler.flush())
+        self.queue.put_nowait(None)
+        self.committed = True
+
+    def drop(self) -> None:
+        """End the stream and send nothing more of it (half-closed too, so that it ends
+        even where the cancellation comes while a step is handed over)."""
+        self.dropped = True
+        self.queue.put_nowait(None)
+        self.task.cancel()
+
+    async def _send(self, kind: str, **fields: object) -> None:
+        if not self.dropped:
+            await self.rt.send(kind, **fields)
+
+    def _put(self, y: np.ndarray) -> None:
+        if len(y):
+            self.samples += len(y)
+            self.queue.put_nowait(np.clip(y, -1.0, 1.0).astype("<f4").tobytes())
+
+    def _ms(self, seconds: float) -> int:
+        return self.base_ms + int(round(seconds * 1000))
+
+    async def _requests(self) -> AsyncIterator[pb.StreamingRecognizeRequest]:
+        yield pb.StreamingRecognizeRequest(config=self.config.live_config())
+        while (audio := await self.queue.get()) is not None:
+            yield pb.StreamingRecognizeRequest(audio_content=audio)
+
+    async def _run(self) -> None:
+        session = _Steps(self.rt.engine, self.rt.settings, self._requests())
+        step: list[Response] = []
+        try:
+            async with contextlib.aclosing(session.responses()) as responses:
+                async for response in responses:
+                    if response is not _STEP_END:
+                        step.append(response)
+                        continue
+                    await self._step(step)
+                    step = []
+            await self._step(step)  # the finish's responses and done
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # the stream's error ends this stretch of audio, not the session
+            if not self.dropped:
+                await self.rt.send_error(EventError.of(e))
+        finally:
+            if self.rt.turns is self:  # appends after an error start a new stream
+                self.rt.turns = None
+
+    async def _step(self, responses: list[Response]) -> None:
+        """One decode step's responses -> events. A speech end the model committed on is the
+        step's last speech event; an end followed by a new beginning was a pause."""
+        speech = [r.speech_event.type for r in responses if r.HasField("speech_event")]
+        last_end = len(speech) - 1 if speech and speech[-1] == END_TYPE else -1
+        seen = -1
+        for r in responses:
+            if r.HasField("speech_event"):
+                seen += 1
+                e = r.speech_event
+                if e.type == BEGIN_TYPE and self.item is None:
+                    self.item = _Item(_id("item"), self._ms(e.time))
+                    await self._send(
+                        "input_audio_buffer.speech_started",
+                        audio_start_ms=self.item.start_ms,
+                        item_id=self.item.id,
+                    )
+                elif e.type == END_TYPE and seen == last_end and self.item is not None:
+                    await self._send(
+                        "input_audio_buffer.speech_stopped",
+                        audio_end_ms=self._ms(e.time),
+                        item_id=self.item.id,
+                    )
+                    await self.commit_item(self.item)
+            elif r.HasField("result") and r.result.is_final:
+                if self.item is None:  # a final outside a speech (not expected): its own item
+                    self.item = _Item(_id("item"), self._ms(r.result.buffer_offset))
+                await self._delta(self.item, r.result)
+            elif r.HasField("done"):
+                if self.item is not None:
+                    await self.commit_item(self.item)
+                    await self._completed(self.item, r.done.audio_seconds)
+                    self.item = None
+        if self.item is not None and self.item.stopped and not self.committed:
+            await self._completed(self.item, self.samples / SAMPLE_RATE)
+            self.item = None
+
+    async def commit_item(self, item: _Item) -> None:
+        if not item.stopped:
+            item.stopped = True
+            await self._send(
+                "input_audio_buffer.committed",
+                item_id=item.id,
+                previous_item_id=self.rt.take_previous(item.id),
+            )
+
+    async def _delta(self, item: _Item, result: pb.StreamingRecognitionResult) -> None:
+        delta = result.text if item.text else result.text.lstrip()
+        logprobs = [
+            {"token": t.text, "logprob": t.logprob, "bytes": list(t.text.encode("utf-8"))}
+            for t in result.tokens
+        ]
+        item.logprobs.extend(logprobs)
+        extra = {"logprobs": logprobs} if self.config.logprobs else {}
+        if delta:
+            item.text += delta
+            await self._send(
+                "conversation.item.input_audio_transcription.delta",
+                item_id=item.id,
+                content_index=0,
+                delta=delta,
+                **extra,
+            )
+        if self.config.attention and result.tokens:
+            await self._send("xattn.attention", **attention(item.id, result, self.base_ms))
+
+    async def _completed(self, item: _Item, audio_seconds: float) -> None:
+        seconds = max(0.0, audio_seconds - (item.start_ms - self.base_ms) / 1000)
+        extra = {"logprobs": item.logprobs} if self.config.logprobs else {}
+        await self._send(
+            "conversation.item.input_audio_transcription.completed",
+            item_id=item.id,
+            content_index=0,
+            transcript=item.text,
+            usage={"type": "duration", "seconds": round(seconds, 3)},
+            **extra,
+        )
+
+
+def attention(item_id: str, result: pb.StreamingRecognitionResult, base_ms: int) -> dict:
+    """The `xattn.attention` event's fields: the rows of one delta's tokens, stacked as
+    [n_tokens, n_rows, 1500] little-endian float16 (or float32), base64."""
+    rows = [t.alignment for t in result.tokens]
+    data = b"".join(r.data for r in rows)
+    return {
+        "item_id": item_id,
+        "content_index": 0,
+        "token_ids": [t.id for t in result.tokens],
+        "tokens": [t.text for t in result.tokens],
+        "peak_ms": [base_ms + int(round(t.peak_time * 1000)) for t in result.tokens],
+        "window_start_ms": base_ms + int(round(result.buffer_offset * 1000)),
+        "frames_per_second": FRAMES_PER_SECOND,
+        "shape": [len(rows), *rows[0].shape],
+        "dtype": "float16" if rows[0].data_type == pb.DATA_TYPE_FLOAT16 else "float32",
+        "data": base64.b64encode(data).decode("ascii"),
+    }
+
+
+class Realtime:
+    """One WebSocket's session: its config, the current stretch of audio, the items."""
+
+    def __init__(self, websocket: WebSocket, engine: Engine, settings: LiveSettings) -> None:
+        self.ws, self.engine, self.settings = websocket, engine, settings
+        self.beta = websocket.headers.get("openai-beta", "").startswith("realtime")
+        self.id = _id("sess")
+        self.config = SessionConfig()
+        self.turns: _Turns | None = None
+        self.finishing: set[_Turns] = set()  # committed stretches still decoding
+        self.audio_ms = 0.0  # all audio appended so far (the clock of audio_start_ms)
+        self.previous: str | None = None  # the last committed item
+        self._lock = asyncio.Lock()
+
+    async def send(self, kind: str, **fields: object) -> None:
+        async with self._lock:
+            await self.ws.send_text(json.dumps({"type": kind, "event_id": _id("event"), **fields}))
+
+    async def send_error(self, e: EventError, event_id: str | None = None) -> None:
+        await self.send("error", error={**e.fields(), "event_id": event_id})
+
+    def take_previous(self, item_id: str) -> str | None:
+        previous, self.previous = self.previous, item_id
+        return previous
+
+    async def run(self) -> None:
+        await self.ws.accept()
+        query = self.ws.query_params
+        try:
+            self.config = initial_config(
+                self.engine, query.get("model", ""), "attention" in query.getlist("include")
+            )
+        except EventError as e:
+            await self.send_error(e)
+            self.config = initial_config(self.engine, "", "attention" in query.getlist("include"))
+        created = "transcription_session.created" if self.beta else "session.created"
+        await self.send(created, session=session_json(self.config, self.id, self.beta))
+        try:
+            while True:
+                await self._event(await self.ws.receive_text())
+        except WebSocketDisconnect:
+            pass
+        finally:
+            turns = [t for t in (self.turns, *self.finishing) if t is not None]
+            for t in turns:
+                t.drop()
+            await asyncio.gather(*(t.task for t in turns), return_exceptions=True)
+
+    async def _event(self, text: str) -> None:
+        event_id = None
+        try:
+            try:
+                event = json.loads(text)
+            except ValueError:
+                raise EventError("invalid_json", "the event is not JSON") from None
+            if not isinstance(event, dict):
+                raise EventError("invalid_event", "an event is a JSON object")
+            event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
+            kind = event.get("type")
+            handler = self._handlers().get(kind) if isinstance(kind, str) else None
+            if handler is None:
+                raise EventError("unknown_event_type", f"unknown event type {kind!r}", "type")
+            await handler(event)
+        except EventError as e:
+            await self.send_error(e, event_id)
+
+    def _handlers(self) -> dict[str, Callable[[dict], object]]:
+        return {
+            "session.update": self._update,
+            "transcription_session.update": self._update,
+            "input_audio_buffer.append": self._append,
+            "input_audio_buffer.commit": self._commit,
+            "input_audio_buffer.clear": self._clear,
+        }
+
+    async def _update(self, event: dict) -> None:
+        beta = event["type"] == "transcription_session.update"
+        self.config = update_config(self.engine, self.config, event.get("session"), beta)
+        kind = "transcription_session.updated" if beta else "session.updated"
+        await self.send(kind, session=session_json(self.config, self.id, beta))
+
+    async def _append(self, event: dict) -> None:
+        audio = event.get("audio")
+        try:
+            data = base64.b64decode(audio, validate=True) if isinstance(audio, str) else None
+        except (binascii.Error, ValueError):
+            data = None
+        if data is None:
+            raise EventError("invalid_value", "audio must be base64 PCM16 (a string)", "audio")
+        if len(data) % 2:
+            raise EventError(
+                "invalid_value", f"audio of {len(data)} bytes is not whole 16-bit samples", "audio"
+            )
+        if not data:
+            return
+        if self.turns is None:
+            self.turns = _Turns(self, self.config, int(self.audio_ms))
+        self.audio_ms += len(data) / 2 / INPUT_RATE * 1000
+        self.turns.append(data)
+
+    async def _commit(self, event: dict) -> None:
+        turns = self.turns
+        if turns is None or (turns.config.vad and turns.item is None):
+            raise EventError(
+                "input_audio_buffer_commit_empty",
+                "buffer is empty: no audio (or, with server_vad, no speech) since the last commit",
+            )
+        self.turns = None
+        item = turns.item
+        if item is not None:
+            await turns.commit_item(item)
+        turns.commit()
+        self.finishing.add(turns)
+        turns.task.add_done_callback(lambda _: self.finishing.discard(turns))
+
+    async def _clear(self, event: dict) -> None:
+        turns, self.turns = self.turns, None
+        if turns is not None:
+            turns.drop()
+        await self.send("input_audio_buffer.cleared")
+
+
+async def realtime_session(websocket: WebSocket, engine: Engine, settings: LiveSettings) -> None:
+    """One /v1/realtime WebSocket (already authenticated by the app; you call
+    websocket.accept())."""
+    await Realtime(websocket, engine, settings).run()
