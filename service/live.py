@@ -21,6 +21,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
+from contextlib import aclosing
 from dataclasses import dataclass
 
 import numpy as np
@@ -199,6 +200,14 @@ class LiveSession:
 
     async def responses(self) -> AsyncIterator[Response]:
         """The results as they are decided, then `done`; raises the stream's error."""
+        async with aclosing(self.steps()) as steps:
+            async for step in steps:
+                for response in step:
+                    yield response
+
+    async def steps(self) -> AsyncIterator[list[Response]]:
+        """`responses()` a decode step at a time: each step's results and speech events as
+        one list (a speech end and the finals it commits come in one), the last with `done`."""
         config = await self._config()
         engine = self._engine
         pipe = engine.pipeline_for(config.model)  # "" = the first; unknown: INVALID_ARGUMENT
@@ -218,30 +227,31 @@ class LiveSession:
                 self._wake.clear()
                 while self._pending and self._error is None:
                     audio = self._take(live)
-                    for response in await self._run(lambda a=audio: shaped(live.feed(a))):
-                        yield response
+                    yield await self._run(lambda a=audio: shaped(live.feed(a)))
                 if self._error is not None:
                     raise self._error
                 if self._ended or live.over:  # half-closed, or single_utterance over
                     break
-            for response in await self._run(lambda: shaped(live.finish())):
-                yield response
+            last = await self._run(lambda: shaped(live.finish()))
             stats = live.stats
-            yield Response(
-                done=pb.StreamingRecognizeDone(
-                    text=shaped.text,
-                    language=live.language or "",
-                    audio_seconds=self._received / SAMPLE_RATE,
-                    final_results=shaped.finals,
-                    tokens=shaped.tokens,
-                    decode_steps=stats.steps,
-                    encode_seconds=stats.encode_seconds,
-                    compute_seconds=stats.step_seconds,
-                    total_seconds=time.perf_counter() - self.arrived,
-                    speech_seconds=live.vad.speech_seconds if live.vad else 0.0,
-                    skipped_decode_steps=stats.skipped_steps,
+            last.append(
+                Response(
+                    done=pb.StreamingRecognizeDone(
+                        text=shaped.text,
+                        language=live.language or "",
+                        audio_seconds=self._received / SAMPLE_RATE,
+                        final_results=shaped.finals,
+                        tokens=shaped.tokens,
+                        decode_steps=stats.steps,
+                        encode_seconds=stats.encode_seconds,
+                        compute_seconds=stats.step_seconds,
+                        total_seconds=time.perf_counter() - self.arrived,
+                        speech_seconds=live.vad.speech_seconds if live.vad else 0.0,
+                        skipped_decode_steps=stats.skipped_steps,
+                    )
                 )
             )
+            yield last
             outcome = "finished"
         except (asyncio.CancelledError, GeneratorExit):
             outcome = "cancelled"

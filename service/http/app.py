@@ -34,12 +34,9 @@ from xattn.service.admit import start_transcription
 from xattn.service.engine import Engine, Run
 from xattn.service.http import shapes
 from xattn.service.http.errors import ApiError, api_error, bad_param
-from xattn.service.http.forms import (
-    DEFAULT_MODEL_ALIASES,
-    FormRequest,
-    check_model_language,
-    parse_form,
-)
+from xattn.service.http.forms import FormRequest, check_model_language, parse_form
+from xattn.service.http.models import pipeline_named
+from xattn.service.http.realtime import realtime_session
 from xattn.service.http.stream import Deltas, sse_events
 from xattn.service.live import LiveSettings
 from xattn.v1 import transcriber_pb2 as pb
@@ -135,19 +132,7 @@ class Api:
 
     # --- models ---
     def pipeline(self, name: str) -> Pipeline:
-        """The model a form names: ours by name, "whisper-1" or nothing for the default, and
-        names such as "Systran/faster-whisper-base" or "openai/whisper-base" for "base"."""
-        engine = self.engine
-        if not name or name in DEFAULT_MODEL_ALIASES:
-            return engine.pipeline_for("")
-        names = {p.name for p in engine.pipelines}
-        if name not in names:
-            short = name.rsplit("/", 1)[-1]
-            for prefix in ("faster-whisper-", "whisper-"):
-                short = short.removeprefix(prefix)
-            if short in names:
-                name = short
-        return engine.pipeline_for(name)  # UnknownModel: 404 model_not_found
+        return pipeline_named(self.engine, name)
 
     async def models(self, request: Request) -> Response:
         self._check_auth(request)
@@ -232,8 +217,6 @@ class Api:
         if not self._authorized(websocket.headers):
             await websocket.close(code=1008, reason="missing or wrong bearer token")
             return
-        from xattn.service.http.realtime import realtime_session
-
         await realtime_session(websocket, self.engine, self.settings.live)
 
 

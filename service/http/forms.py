@@ -22,7 +22,6 @@ from xattn.v1 import transcriber_pb2 as pb
 RESPONSE_FORMATS = ("json", "text", "srt", "verbose_json", "vtt")
 GRANULARITIES = ("word", "segment")
 INCLUDES = ("logprobs", "attention")
-DEFAULT_MODEL_ALIASES = ("whisper-1",)  # OpenAI's name: the server's default model
 TEMPERATURE_STEP = 0.2  # openai-whisper's temperature_increment_on_fallback
 ROW_DTYPES = {"float16": pb.DATA_TYPE_FLOAT16, "float32": pb.DATA_TYPE_FLOAT32}
 
@@ -32,7 +31,7 @@ class FormRequest:
     """A parsed, checked form: the audio, the proto options, and what the answer holds."""
 
     audio: bytes
-    model: str  # as given ("" or "whisper-1": the default model)
+    model: str  # as given (service.http.models.pipeline_named finds it)
     response_format: str
     stream: bool
     words: bool  # timestamp_granularities[] has "word"

@@ -49,7 +49,6 @@ log = logging.getLogger(__name__)
 INPUT_RATE = 24000  # OpenAI's audio/pcm (pcm16): 24 kHz mono little-endian int16
 FRAMES_PER_SECOND = 50  # encoder frames per second of audio (a row's columns)
 Response = pb.StreamingRecognizeResponse
-_STEP_END = Response()  # marks the end of one decode step's responses (see _Steps)
 BEGIN_TYPE = pb.SPEECH_EVENT_TYPE_SPEECH_ACTIVITY_BEGIN
 END_TYPE = pb.SPEECH_EVENT_TYPE_SPEECH_ACTIVITY_END
 
@@ -99,14 +98,6 @@ class StreamResampler:
         y = self._out(total + pad - self.margin)[:n]
         self._done = total
         return y
-
-
-class _Steps(LiveSession):
-    """A LiveSession whose responses mark where each decode step's end (_STEP_END): a speech
-    end and the utterance's finals it commits come in one step."""
-
-    async def _run(self, step: Callable[[], list[Response]]) -> list[Response]:
-        return [*await super()._run(step), _STEP_END]
 
 
 @dataclass
@@ -167,17 +158,11 @@ class _Turns:
             yield pb.StreamingRecognizeRequest(audio_content=audio)
 
     async def _run(self) -> None:
-        session = _Steps(self.rt.engine, self.rt.settings, self._requests())
-        step: list[Response] = []
+        session = LiveSession(self.rt.engine, self.rt.settings, self._requests())
         try:
-            async with contextlib.aclosing(session.responses()) as responses:
-                async for response in responses:
-                    if response is not _STEP_END:
-                        step.append(response)
-                        continue
+            async with contextlib.aclosing(session.steps()) as steps:
+                async for step in steps:  # the last: the finish's responses and done
                     await self._step(step)
-                    step = []
-            await self._step(step)  # the finish's responses and done
         except asyncio.CancelledError:
             raise
         except Exception as e:  # the stream's error ends this stretch of audio, not the session

@@ -13,22 +13,12 @@ from xattn.model.audio import SAMPLE_RATE, AudioError, AudioTooLongError
 from xattn.model.decoding import DecodeOptions, OptionsError
 from xattn.model.vad import VadUnavailable
 from xattn.service.engine import Engine, NotReady, Overloaded
+from xattn.service.http.models import pipeline_named
 from xattn.service.live import IdleTimeout, StreamOrderError
 from xattn.v1 import transcriber_pb2 as pb
 
 log = logging.getLogger(__name__)
 
-# OpenAI's transcription models: each means the server's default model
-OPENAI_MODELS = (
-    "whisper-1",
-    "gpt-4o-transcribe",
-    "gpt-4o-mini-transcribe",
-    "gpt-4o-mini-transcribe-2025-12-15",
-    "gpt-4o-transcribe-diarize",
-    "gpt-transcribe",
-    "gpt-live-transcribe",
-    "gpt-realtime-whisper",
-)
 LOGPROBS = "item.input_audio_transcription.logprobs"
 ATTENTION = "item.input_audio_transcription.attention"  # ours: the xattn.attention events
 NOISE_REDUCTIONS = ("near_field", "far_field")
@@ -115,7 +105,7 @@ class SessionConfig:
 def _model(engine: Engine, name: str, param: str) -> str:
     """Our model for `name` (EventError model_not_found)."""
     try:
-        return engine.pipeline_for("" if name in OPENAI_MODELS else name).name
+        return pipeline_named(engine, name).name
     except OptionsError as e:
         raise EventError("model_not_found", str(e), param) from None
 
