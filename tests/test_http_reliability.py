@@ -32,13 +32,11 @@ def server() -> Iterator[BackgroundServer]:
         yield running
 
 
-def raw(address: str, head: bytes, body: bytes = b"", close_early: bool = False) -> bytes:
+def raw(address: str, head: bytes, body: bytes = b"") -> bytes:
     """Send bytes as they are, return what the server answered (until it closes)."""
     host, port = address.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=60) as sock:
         sock.sendall(head + body)
-        if close_early:
-            sock.shutdown(socket.SHUT_WR)
         answer = b""
         while chunk := sock.recv(65536):
             answer += chunk
@@ -168,3 +166,16 @@ def test_random_forms_get_a_status_never_a_crash(server: BackgroundServer, parts
 def test_serving_after_the_random_forms(server: BackgroundServer, jfk: bytes) -> None:
     served(server.http_address, jfk)
     assert server.engine.counters().in_flight == 0
+
+
+def test_a_stream_outlives_the_upload_timeout(
+    server: BackgroundServer, multilingual_path: Path
+) -> None:
+    """The body timeout is for uploads: a stream of 60 s of audio (several seconds of
+    decoding, many times BODY_TIMEOUT) runs to its done while the server listens for the
+    client's disconnect."""
+    body, kind = multipart([("file", "m.mp3", multilingual_path.read_bytes()),
+                            ("stream", None, b"true")])  # fmt: skip
+    answer = post(server.http_address, body, kind)
+    assert answer.startswith(b"HTTP/1.1 200")
+    assert b'"type":"transcript.text.done"' in answer and b'"type":"error"' not in answer

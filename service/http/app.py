@@ -13,13 +13,13 @@ shapes. Bearer tokens, body limits and CORS are the server's (ServerConfig).
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
@@ -39,6 +39,7 @@ from xattn.service.http.models import pipeline_named
 from xattn.service.http.realtime import realtime_session
 from xattn.service.http.stream import Deltas, sse_events
 from xattn.service.live import LiveSettings
+from xattn.service.security import AuthPolicy
 from xattn.v1 import transcriber_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -73,10 +74,12 @@ class BodyLimit:
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
             return await _too_large(self.max_bytes).response()(scope, receive, send)
-        seen = 0
+        seen, complete = 0, False
 
         async def limited() -> Message:
-            nonlocal seen
+            nonlocal seen, complete
+            if complete:  # after the body: waiting for the disconnect (a stream's listener)
+                return await receive()
             try:
                 message = await asyncio.wait_for(receive(), self.idle)
             except TimeoutError:
@@ -89,6 +92,7 @@ class BodyLimit:
             seen += len(message.get("body", b""))
             if seen > self.max_bytes:
                 raise _too_large(self.max_bytes)
+            complete = not message.get("more_body", False)
             return message
 
         await self.app(scope, limited, send)
@@ -108,20 +112,12 @@ class Api:
         self.engine = engine
         self.settings = settings
         self.serving = serving
+        self._auth = AuthPolicy(settings.auth_tokens)
 
     # --- auth ---
-    def _authorized(self, headers: dict[str, str] | object) -> bool:
-        tokens = self.settings.auth_tokens
-        if not tokens:
-            return True
-        value = headers.get("authorization", "")  # type: ignore[attr-defined]
-        scheme, _, given = value.strip().partition(" ")
-        if scheme.lower() != "bearer" or not given.strip():
-            return False
-        ok = False
-        for token in tokens:  # every token is compared: no early exit on a match
-            ok |= hmac.compare_digest(given.strip().encode(), token.encode())
-        return ok
+    def _authorized(self, headers: Headers) -> bool:
+        """No tokens configured, or `Authorization: Bearer <one of them>` (service.security)."""
+        return not self._auth.tokens or self._auth.accepts(headers.items())
 
     def _check_auth(self, request: Request) -> None:
         if not self._authorized(request.headers):
