@@ -4,6 +4,7 @@ translations, stream=True, models, and each error status as the SDK raises it.""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import threading
@@ -25,7 +26,7 @@ from xattn.model.results import Segment
 from xattn.service.background import BackgroundServer
 from xattn.service.engine import Run
 from xattn.service.http.languages import LANGUAGES
-from xattn.service.server import ServerConfig
+from xattn.service.server import Server, ServerConfig
 
 JFK_TEXT = (
     "And so, my fellow Americans ask not what your country can do for you ask what you can "
@@ -388,3 +389,42 @@ def test_a_client_that_goes_away_stops_the_work(server: BackgroundServer, jfk: b
 
 def client_for(server: BackgroundServer) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"http://{server.http_address}/v1", api_key="x", max_retries=0)
+
+
+def test_loading_is_503_with_retry_after(pipelines: tuple[Pipeline, ...], jfk: bytes) -> None:
+    """Until the model is loaded, /health and the API answer 503 (the port is bound first)."""
+    loaded = threading.Event()
+
+    def slow_loader() -> Pipeline:
+        assert loaded.wait(120)
+        return pipelines[0]
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    async def start() -> Server:  # the grpc.aio server belongs to the loop it is made on
+        made = Server(ServerConfig(port=0, http_port=0))
+        made._loaders = lambda: [slow_loader]  # type: ignore[method-assign]
+        await made.start()
+        return made
+
+    server = asyncio.run_coroutine_threadsafe(start(), loop).result(60)
+    try:
+        base = f"http://127.0.0.1:{server.http_port}"
+        status, _, body = http("GET", f"{base}/health")
+        assert status == 503 and json.loads(body) == {"status": "NOT_SERVING"}
+        c = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
+        with pytest.raises(openai.InternalServerError) as e:
+            transcribe(c, jfk)
+        assert e.value.status_code == 503 and e.value.body["code"] == "not_ready"
+        assert int(e.value.response.headers["retry-after"]) >= 1
+        loaded.set()
+        asyncio.run_coroutine_threadsafe(server.wait_ready(), loop).result(120)
+        assert http("GET", f"{base}/health")[0] == 200
+        assert transcribe(c, jfk, extra_body={"beam_size": "1"}).text == GREEDY_TEXT
+    finally:
+        loaded.set()
+        asyncio.run_coroutine_threadsafe(server.stop(0), loop).result(60)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
