@@ -156,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_search_arguments(p: argparse.ArgumentParser) -> None:
-    """The search's flags (xattn.model.beams); unset, each keeps the server's default."""
+    """The search's flags (xattn.model.decode.beams); unset, each keeps the server's default."""
     g = p.add_argument_group("search (openai-whisper's beam search and best-of sampling)")
     g.add_argument(
         "--beam-size", type=int, metavar="N", help="beams at temperature 0 (default 5; 1: greedy)"

@@ -8,9 +8,9 @@ a new worker replaces it. A decode that runs past `timeout` is killed the same w
 
 A worker is `python -m xattn.service.decoders FD`, a fresh interpreter (nothing forked from a
 server with gRPC and torch threads) that serves decodes over the socket FD until it dies or
-the pool closes. It runs xattn.model.containers.decode_native (no torch: ~70 MB, started in
+the pool closes. It runs xattn.model.audio.containers.decode_native (no torch: ~70 MB, started in
 ~0.1 s) and returns mono samples at the file's own rate; the server resamples them
-(xattn.model.audio.to_16k), so the samples are decode_audio's. A dead worker is replaced at
+(xattn.model.audio.features.to_16k), so the samples are decode_audio's. A dead worker is replaced at
 once, before the next request needs it. Raw PCM never comes here (numpy alone reads it).
 """
 
@@ -28,7 +28,7 @@ from multiprocessing.connection import Connection
 import numpy as np
 import soundfile
 
-from xattn.model.containers import AudioError, AudioTooLongError, decode_native
+from xattn.model.audio.containers import AudioError, AudioTooLongError, decode_native
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +126,7 @@ class DecoderProcesses:
             return [w.process.pid for w in self._idle]
 
     def decode(self, data: bytes, max_seconds: float | None = None) -> tuple[np.ndarray, int]:
-        """xattn.model.containers.decode_native(data, max_seconds=...) in a worker: mono
+        """xattn.model.audio.containers.decode_native(data, max_seconds=...) in a worker: mono
         samples at the file's rate, and the rate."""
         with self._slots:
             worker = self._take()

@@ -1,4 +1,4 @@
-"""xattn.model.alignment against hand-made cases and openai-whisper's reference implementation."""
+"""transcribe/alignment.py against hand-made cases and openai-whisper's reference implementation."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from xattn.model.alignment import (
+from xattn.model.transcribe.alignment import (
     APPEND_PUNCTUATIONS,
     PREPEND_PUNCTUATIONS,
     AlignedWord,

@@ -1,4 +1,4 @@
-"""Tests of the audio front-end, model/audio.py."""
+"""Tests of the audio front-end, model/audio/features.py."""
 
 import io
 import shutil
@@ -14,7 +14,7 @@ import whisper.audio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xattn.model.audio import (
+from xattn.model.audio.features import (
     N_FRAMES,
     N_SAMPLES,
     SAMPLE_RATE,

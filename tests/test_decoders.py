@@ -17,8 +17,8 @@ import pytest
 import soundfile
 from openai_ref import pipeline
 
-from xattn.model.audio import AudioError, AudioTooLongError, decode_audio, to_16k
-from xattn.model.containers import decode_native
+from xattn.model.audio.containers import decode_native
+from xattn.model.audio.features import AudioError, AudioTooLongError, decode_audio, to_16k
 from xattn.service.background import BackgroundServer
 from xattn.service.decoders import DecoderProcesses
 from xattn.service.server import ServerConfig

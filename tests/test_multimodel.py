@@ -20,7 +20,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.test_service_process import ROOT, grpcurl, grpcurl_binary
-from xattn.model.audio import decode_audio
+from xattn.model.audio.features import decode_audio
 from xattn.v1 import transcriber_pb2 as pb
 from xattn.v1 import transcriber_pb2_grpc
 

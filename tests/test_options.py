@@ -12,9 +12,9 @@ import pytest
 import whisper
 from openai_ref import pipeline, reference_model
 
-from xattn.model.audio import decode_audio
-from xattn.model.decoding import DecodeOptions, OptionsError
-from xattn.model.results import Segment
+from xattn.model.audio.features import decode_audio
+from xattn.model.decode.decoding import DecodeOptions, OptionsError
+from xattn.model.decode.results import Segment
 
 Outcome = tuple[list[list[int]], list[tuple[float, float]], str]  # tokens, bounds, text
 

@@ -25,7 +25,7 @@ import soundfile
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from test_reliability import JFK_TEXT, ServerProcess
 
-from xattn.model.audio import decode_audio
+from xattn.model.audio.features import decode_audio
 from xattn.v1 import transcriber_pb2 as pb
 from xattn.v1 import transcriber_pb2_grpc
 

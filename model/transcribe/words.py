@@ -3,7 +3,7 @@
 The window's cross-attention K/V are already in its KVCache, so the only extra work is one
 teacher-forced decoder pass over `[sot sequence, <|notimestamps|>, text tokens, <|endoftext|>]`
 returning the alignment heads' scores; the math (median filter, DTW, word split, clamps) lives
-in `xattn.model.alignment` as pure functions.
+in `xattn.model.transcribe.alignment` as pure functions.
 """
 
 from __future__ import annotations
@@ -14,7 +14,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from xattn.model.alignment import (
+from xattn.model.decode.results import TokenTiming, WordTiming
+from xattn.model.decode.tokenizer import Tokenizer
+from xattn.model.net.kv_cache import KVCache
+from xattn.model.net.whisper import Whisper
+from xattn.model.transcribe.alignment import (
     APPEND_PUNCTUATIONS,
     PREPEND_PUNCTUATIONS,
     SegmentTokens,
@@ -22,13 +26,9 @@ from xattn.model.alignment import (
     find_alignment,
     token_probabilities,
 )
-from xattn.model.kv_cache import KVCache
-from xattn.model.results import TokenTiming, WordTiming
-from xattn.model.tokenizer import Tokenizer
-from xattn.model.whisper import Whisper
 
 if TYPE_CHECKING:
-    from xattn.model.transcribe import Piece
+    from xattn.model.transcribe.sequential import Piece
 
 
 class WordAligner:

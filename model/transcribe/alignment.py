@@ -15,7 +15,7 @@ from functools import cache
 import numpy as np
 import torch
 
-from xattn.model.results import FRAMES_PER_SECOND, WordTiming
+from xattn.model.decode.results import FRAMES_PER_SECOND, WordTiming
 
 PREPEND_PUNCTUATIONS = "\"'“¿([{-"  # merged into the following word
 APPEND_PUNCTUATIONS = "\"'.。,，!！?？:：”)]}、"  # merged into the preceding word
