@@ -23,11 +23,11 @@ from xattn.model.decode.results import (
     WindowDiscarded,
     WindowStart,
 )
+from xattn.model.decode.tokenizer import APPEND_PUNCTUATIONS, PREPEND_PUNCTUATIONS
 from xattn.model.live.transcriber import LiveOptions, LiveResult
 from xattn.model.live.vad_stream import BEGIN, END, END_OF_UTTERANCE, LIVE_VAD, SpeechEvent
 from xattn.model.net.dims import ModelDims
 from xattn.model.pipeline import Pipeline, compute_note
-from xattn.model.transcribe.alignment import APPEND_PUNCTUATIONS, PREPEND_PUNCTUATIONS
 from xattn.service.engine import Event, Limits, Timings
 from xattn.service.rows import RowSpec
 from xattn.v1 import transcriber_pb2 as pb

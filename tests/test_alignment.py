@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+from xattn.model.decode.tokenizer import APPEND_PUNCTUATIONS, PREPEND_PUNCTUATIONS
 from xattn.model.transcribe.alignment import (
-    APPEND_PUNCTUATIONS,
-    PREPEND_PUNCTUATIONS,
     AlignedWord,
     SegmentTokens,
     add_word_timestamps,

@@ -21,10 +21,9 @@ import torch
 
 from xattn.model.audio.vad import VadOptions
 from xattn.model.decode.step_batcher import StepBatcher, model_work
-from xattn.model.decode.tokenizer import Tokenizer
+from xattn.model.decode.tokenizer import APPEND_PUNCTUATIONS, PREPEND_PUNCTUATIONS, Tokenizer
 from xattn.model.net.kv_cache import KVCache
 from xattn.model.net.whisper import Whisper
-from xattn.model.transcribe.alignment import APPEND_PUNCTUATIONS, PREPEND_PUNCTUATIONS
 
 DEFAULT_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 TASKS = ("transcribe", "translate")

@@ -15,12 +15,10 @@ import numpy as np
 import torch
 
 from xattn.model.decode.results import TokenTiming, WordTiming
-from xattn.model.decode.tokenizer import Tokenizer
+from xattn.model.decode.tokenizer import APPEND_PUNCTUATIONS, PREPEND_PUNCTUATIONS, Tokenizer
 from xattn.model.net.kv_cache import KVCache
 from xattn.model.net.whisper import Whisper
 from xattn.model.transcribe.alignment import (
-    APPEND_PUNCTUATIONS,
-    PREPEND_PUNCTUATIONS,
     SegmentTokens,
     add_word_timestamps,
     find_alignment,
