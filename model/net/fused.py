@@ -36,7 +36,6 @@ import torch
 from torch import Tensor, nn
 
 from xattn.model.net.kv_cache import CacheBatch, KVCache
-from xattn.model.net.linear import SPLIT, SPLIT_ROWS
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +44,9 @@ NAME = "xattn_decoder_step"
 # OpenMP: packed_linear's at::parallel_for runs on its threads (compiled and linked with it)
 FLAGS, LDFLAGS = ["-O2", "-fopenmp"], ["-fopenmp"]
 PRODUCTS = ("plain", "split", "packed")  # the layer maps' products it runs (StepKernels)
+# split_linear's blocks (xattn.model.net.linear), which the C++ step's split product shares:
+SPLIT = 8  # row blocks of a weight that split_linear reads
+SPLIT_ROWS = 4  # up to this many rows split_linear beats oneDNN's packed kernel (2 threads)
 
 
 def build_directory() -> Path:

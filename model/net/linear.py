@@ -33,6 +33,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from xattn.model.net import fused
+from xattn.model.net.fused import SPLIT, SPLIT_ROWS
+
 
 def column_major(rows: int, cols: int) -> nn.Parameter:
     """An uninitialised [rows, cols] weight stored column-major: a step's x @ Wᵀ then streams
@@ -72,10 +75,6 @@ def _has_onednn() -> bool:
     ops = torch.ops.mkldnn
     has = all(hasattr(ops, op) for op in ("_reorder_linear_weight", "_linear_pointwise"))
     return torch.backends.mkldnn.is_available() and has
-
-
-SPLIT = 8  # row blocks of a weight that split_linear reads
-SPLIT_ROWS = 4  # up to this many rows split_linear beats oneDNN's packed kernel (2 threads)
 
 
 def split_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor | None:
@@ -142,9 +141,7 @@ def packed_linear(
 
 
 def _extension():  # noqa: ANN202 - the built module, or None (xattn.model.net.fused)
-    from xattn.model.net import fused  # fused imports this module
-
-    return fused.extension()
+    return fused.extension()  # looked up each call: tests replace it
 
 
 def step_copies(maps: Sequence[Linear], projection: Tensor) -> tuple[Tensor | None, ...]:

@@ -41,7 +41,7 @@ from xattn.model.net.whisper import Whisper
 from xattn.model.transcribe.alignment import online_token_time
 from xattn.model.transcribe.hallucination import last_end as hallucination_last_end
 from xattn.model.transcribe.hallucination import skip_silence
-from xattn.model.transcribe.words import WordAligner
+from xattn.model.transcribe.words import Piece, WordAligner
 
 log = logging.getLogger(__name__)
 Event = WindowStart | TokenEvent | WindowDiscarded | Segment | Transcript
@@ -97,15 +97,6 @@ def rules_for(ctx: Context, options: DecodeOptions) -> Callable[..., LogitRules]
         max_initial_timestamp_index=round(max_initial / TIME_PRECISION) if max_initial else None,
         timestamps=not options.without_timestamps,
     )
-
-
-@dataclass(frozen=True)
-class Piece:
-    """A timestamp-delimited piece of a window: a segment before text and words are added."""
-
-    start: float  # seconds, whole-file clock
-    end: float
-    tokens: tuple[int, ...]
 
 
 def split_segments(

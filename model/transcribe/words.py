@@ -8,8 +8,7 @@ in `xattn.model.transcribe.alignment` as pure functions.
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -25,8 +24,14 @@ from xattn.model.transcribe.alignment import (
     token_probabilities,
 )
 
-if TYPE_CHECKING:
-    from xattn.model.transcribe.sequential import Piece
+
+@dataclass(frozen=True)
+class Piece:
+    """A timestamp-delimited piece of a window: a segment before text and words are added."""
+
+    start: float  # seconds, whole-file clock
+    end: float
+    tokens: tuple[int, ...]
 
 
 class WordAligner:
