@@ -38,8 +38,11 @@ install: $(STAMP) $(FUSED)
 demo: $(STAMP) $(FUSED)
 	$(PY) scripts/demo.py $(SAMPLE)
 
+# ruff, and mypy over the package: from the repository root, where xattn/model, xattn/service
+# and xattn/clients link to the top-level folders, so every xattn.* import resolves
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(PY) -m mypy -p xattn
 
 test: lint $(FUSED)
 	@rm -f $(PYTEST_EXIT)
