@@ -29,6 +29,7 @@ def transcribe(compute: str, audio: np.ndarray) -> tuple[list[int], list[tuple],
 
 
 @pytest.mark.skipif(not int8_supported(), reason="this torch has no fbgemm int8 kernels")
+@pytest.mark.requires_tool("espeak-ng", "sox")  # benchmarks/synth.py
 def test_int8_logits_is_exact_on_varied_speech() -> None:
     audio = varied_clip()
     assert len(audio) > 50 * 16000  # two windows
