@@ -109,6 +109,7 @@ class DecoderProcesses:
         self._slots = threading.BoundedSemaphore(processes)
         self._lock = threading.Lock()
         self._idle: list[_Worker] = []
+        self._busy: set[int] = set()  # workers that have a decode's input (process ids)
         self._closed = False
 
     def start(self) -> None:
@@ -125,6 +126,12 @@ class DecoderProcesses:
         with self._lock:
             return [w.process.pid for w in self._idle]
 
+    def busy(self) -> list[int]:
+        """The process ids of the workers that have a decode's input (sent to them whole,
+        their reply not yet read): a worker that dies now fails that decode."""
+        with self._lock:
+            return sorted(self._busy)
+
     def decode(self, data: bytes, max_seconds: float | None = None) -> tuple[np.ndarray, int]:
         """xattn.model.audio.containers.decode_native(data, max_seconds=...) in a worker: mono
         samples at the file's rate, and the rate."""
@@ -136,16 +143,23 @@ class DecoderProcesses:
                 worker.stop(kill=True)
                 worker = self._take()
                 worker.conn.send((data, max_seconds))
-            if not worker.conn.poll(self.timeout + STARTUP * worker.new):
-                self._lost(worker)
-                raise AudioError(
-                    f"cannot decode audio: decoding took longer than {self.timeout:g} s; "
-                    "convert it to WAV or FLAC, or send PCM"
-                )
+            pid = worker.process.pid
+            with self._lock:
+                self._busy.add(pid)
             try:
-                reply = worker.conn.recv()
-            except (EOFError, OSError):
-                raise self._crashed(worker, len(data)) from None
+                if not worker.conn.poll(self.timeout + STARTUP * worker.new):
+                    self._lost(worker)
+                    raise AudioError(
+                        f"cannot decode audio: decoding took longer than {self.timeout:g} s; "
+                        "convert it to WAV or FLAC, or send PCM"
+                    )
+                try:
+                    reply = worker.conn.recv()
+                except (EOFError, OSError):
+                    raise self._crashed(worker, len(data)) from None
+            finally:
+                with self._lock:
+                    self._busy.discard(pid)
             worker.new = False
             self._give_back(worker)
         if reply[0] == "audio":
