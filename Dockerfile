@@ -40,12 +40,12 @@ RUN pip install -c constraints.txt ".${XATTN_EXTRAS:+[${XATTN_EXTRAS}]}"
 # The wheel carries the inspector's assets (package data): fail the build if it does not.
 # (`python -P`: the installed package, not the sources in /src.)
 RUN python -P -c 'import xattn.clients.render as r, pathlib; assert (pathlib.Path(r.__file__).parent / "assets" / "inspector.html").is_file()'
-# The C++ decoder step (xattn.model.fused), built here with a compiler the runtime image does
+# The C++ decoder step (xattn.model.net.fused), built here with a compiler the runtime image does
 # not carry; the runtime finds it in XATTN_EXTENSIONS (without it, the Python step runs).
 ENV XATTN_EXTENSIONS=/opt/xattn/extensions
 RUN apt-get update && apt-get install -y --no-install-recommends g++ ninja-build \
     && rm -rf /var/lib/apt/lists/* \
-    && python -P -m xattn.model.fused && ls /opt/xattn/extensions/*/xattn_decoder_step.so
+    && python -P -m xattn.model.net.fused && ls /opt/xattn/extensions/*/xattn_decoder_step.so
 
 # --- runtime: the venv, the health probe and the sample, as a non-root user --------------------
 FROM ${PYTHON_IMAGE} AS runtime

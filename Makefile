@@ -25,12 +25,12 @@ $(STAMP): pyproject.toml $(CONSTRAINTS) | $(PY)
 	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(PY) -m pip install -c $(CONSTRAINTS) -e '.[base,test]'
 	touch $(STAMP)
 
-# the C++ decoder step (xattn.model.fused): built again when its source or its flags
-# (model/fused.py) change; without a compiler and ninja it is not built and the Python step
+# the C++ decoder step (xattn.model.net.fused): built again when its source or its flags
+# (model/net/fused.py) change; without a compiler and ninja it is not built and the Python step
 # runs (the same results up to float rounding)
 FUSED := $(VENV)/.fused
-$(FUSED): model/csrc/decoder_step.cpp model/fused.py $(STAMP)
-	$(PY) -m xattn.model.fused
+$(FUSED): model/net/csrc/decoder_step.cpp model/net/fused.py $(STAMP)
+	$(PY) -m xattn.model.net.fused
 	touch $(FUSED)
 
 install: $(STAMP) $(FUSED)
@@ -38,8 +38,11 @@ install: $(STAMP) $(FUSED)
 demo: $(STAMP) $(FUSED)
 	$(PY) scripts/demo.py $(SAMPLE)
 
+# ruff, and mypy over the package: from the repository root, where xattn/model, xattn/service
+# and xattn/clients link to the top-level folders, so every xattn.* import resolves
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(PY) -m mypy -p xattn
 
 test: lint $(FUSED)
 	@rm -f $(PYTEST_EXIT)

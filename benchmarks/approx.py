@@ -19,9 +19,9 @@ import numpy as np
 
 from benchmarks import results
 from benchmarks.synth import concat, noise, silence, speak, varied_clip
-from xattn.model.decoding import DecodeOptions
+from xattn.model.decode.decoding import DecodeOptions
+from xattn.model.decode.results import TokenEvent, Transcript
 from xattn.model.pipeline import compute_note, load_pipeline
-from xattn.model.results import TokenEvent, Transcript
 
 
 def clips() -> dict[str, np.ndarray]:

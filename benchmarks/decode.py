@@ -42,15 +42,15 @@ import torch.nn.functional as F
 from benchmarks import results
 from benchmarks.results import matmul_gflops, memory_gbps
 from benchmarks.workers import Workers
-from xattn.model import fused
-from xattn.model.audio import N_FRAMES, decode_audio, log_mel_spectrogram, pad_or_trim
-from xattn.model.beams import window_decoder
+from xattn.model.audio.features import N_FRAMES, decode_audio, log_mel_spectrogram, pad_or_trim
 from xattn.model.checkpoints import _package_dir, load_checkpoint, to_openai_state_dict
-from xattn.model.decoding import DecodeOptions
-from xattn.model.dims import ModelDims
+from xattn.model.decode.beams import window_decoder
+from xattn.model.decode.decoding import DecodeOptions
+from xattn.model.decode.results import TokenEvent, Transcript
+from xattn.model.net import fused
+from xattn.model.net.dims import ModelDims
 from xattn.model.pipeline import Pipeline, load_pipeline
-from xattn.model.results import TokenEvent, Transcript
-from xattn.model.transcribe import rules_for
+from xattn.model.transcribe.sequential import rules_for
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CLIP = ROOT.parent / "shared/audio/jfk.flac"
@@ -219,7 +219,7 @@ def decode_steps(
     prefix to a fresh self-attention cache (the window's cross-attention K/V are reused); the
     steps are then independent, so above 20 tokens only every 10th one runs (prefix lengths 6,
     16, ..., 196: the mean of 1..200, near enough) to keep the quadratic case affordable.
-    int8: the logits of each step from `pipe`'s Int8Logits (xattn.model.logits) as a greedy step
+    int8: the logits of each step from `pipe`'s Int8Logits (xattn.model.net.logits) as a greedy step
     takes them (no mask), instead of the fp32 projection."""
     model = pipe.model
     head, ts = model.decoder.int8_logits, pipe.tokenizer.timestamp_begin
@@ -592,7 +592,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"   the window's cross-attention K/V, once before the steps: {cross_ms:.1f} ms")
     figures["step kernels"] = str(pipe.model.decoder.blocks[0].mlp[0].kernels)
     print(f"   layer-map kernels chosen on this CPU: {figures['step kernels']}")
-    figures["decoder step"] = "C++ (xattn.model.fused)" if fused.extension() else "Python"
+    figures["decoder step"] = "C++ (xattn.model.net.fused)" if fused.extension() else "Python"
     print(f"   decoder step's layers: {figures['decoder step']}")
 
     # 2b. bf16 ceilings and the fast compute's encoder, after every fp32 section: once a thread

@@ -37,11 +37,11 @@ import torch
 
 from benchmarks import results as results_json
 from benchmarks.decode import contention, ct2_dir, median, round_robin
-from xattn.model.audio import SAMPLE_RATE, decode_audio
-from xattn.model.decoding import DecodeOptions
+from xattn.model.audio.features import SAMPLE_RATE, decode_audio
+from xattn.model.decode.decoding import DecodeOptions
+from xattn.model.decode.results import TokenEvent, Transcript, WindowStart
+from xattn.model.net.whisper import COMPUTES
 from xattn.model.pipeline import Pipeline, load_pipeline
-from xattn.model.results import TokenEvent, Transcript, WindowStart
-from xattn.model.whisper import COMPUTES
 
 ROOT = Path(__file__).resolve().parents[1]
 AUDIO = ROOT.parent / "shared" / "audio"

@@ -63,7 +63,7 @@ RATE = 16000
 
 def build(minutes: float, seed: int = 0) -> tuple[np.ndarray, str]:
     """The long file and its reference text."""
-    from xattn.model.audio import decode_audio
+    from xattn.model.audio.features import decode_audio
 
     rows = [json.loads(x) for x in (SHARED / "eval/manifest.jsonl").read_text().splitlines()]
     clips = [(SHARED / "eval" / r["file"], r["text"]) for r in rows if r["language"] == "en"]
@@ -89,7 +89,7 @@ def transcriber(system: str, threads: int):
     if system.startswith("ours"):
         import torch
 
-        from xattn.model.decoding import DecodeOptions
+        from xattn.model.decode.decoding import DecodeOptions
         from xattn.model.pipeline import load_pipeline
 
         torch.set_num_threads(threads)
@@ -165,9 +165,9 @@ def floor(pipe, options, audio: np.ndarray, events: list) -> dict:
     import torch
 
     from benchmarks.decode import decoder_token_bytes, encoder_bound
-    from xattn.model.audio import N_SAMPLES, log_mel_spectrogram
-    from xattn.model.results import TokenEvent, WindowStart
-    from xattn.model.vad import VadOptions, detect_speech
+    from xattn.model.audio.features import N_SAMPLES, log_mel_spectrogram
+    from xattn.model.audio.vad import VadOptions, detect_speech
+    from xattn.model.decode.results import TokenEvent, WindowStart
 
     windows = sum(isinstance(e, WindowStart) for e in events)
     tokens: dict[int, int] = {}

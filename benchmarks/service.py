@@ -34,8 +34,8 @@ import torch
 from benchmarks import results
 from benchmarks.grpc_load import streamed
 from benchmarks.workers import Workers
-from xattn.model.audio import N_FRAMES, decode_audio, log_mel_spectrogram, pad_or_trim
-from xattn.model.decoding import DecodeOptions
+from xattn.model.audio.features import N_FRAMES, decode_audio, log_mel_spectrogram, pad_or_trim
+from xattn.model.decode.decoding import DecodeOptions
 from xattn.model.pipeline import Pipeline, load_pipeline
 from xattn.service.background import BackgroundServer
 from xattn.service.convert import SERVICE_BEAM_SIZE, SERVICE_BEST_OF

@@ -37,8 +37,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from benchmarks import results
 from benchmarks.decode import contention, median, round_robin
+from xattn.model.net.whisper import COMPUTES
 from xattn.model.pipeline import load_pipeline
-from xattn.model.whisper import COMPUTES
 
 ROOT = Path(__file__).resolve().parents[1]
 POLL = 0.05  # seconds between polls

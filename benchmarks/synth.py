@@ -11,7 +11,7 @@ import subprocess
 
 import numpy as np
 
-from xattn.model.audio import SAMPLE_RATE, decode_audio
+from xattn.model.audio.features import SAMPLE_RATE, decode_audio
 
 
 def speak(text: str, voice: str = "en-us", words_per_minute: int = 160) -> np.ndarray:

@@ -32,7 +32,7 @@ import torch
 
 from benchmarks import results
 from benchmarks.decode import ct2_dir, openai_model
-from xattn.model.audio import decode_audio
+from xattn.model.audio.features import decode_audio
 from xattn.model.checkpoints.base import package_dir
 
 EVAL = Path(__file__).resolve().parents[2] / "shared" / "eval"
@@ -119,9 +119,9 @@ def systems(name: str, threads: int) -> dict[str, Transcriber]:
     import whisper
     from faster_whisper import WhisperModel
 
-    from xattn.model.decoding import DecodeOptions
+    from xattn.model.decode.decoding import DecodeOptions
+    from xattn.model.decode.results import Transcript
     from xattn.model.pipeline import load_pipeline
-    from xattn.model.results import Transcript
 
     pipe = load_pipeline(name)
 

@@ -40,7 +40,7 @@ class Options:
     clip_timestamps: Sequence[float] = ()  # start, end, start, ... seconds
     prepend_punctuations: str | None = None
     append_punctuations: str | None = None
-    # the search (xattn.model.beams): None leaves the server's beam 5, best-of 5
+    # the search (xattn.model.decode.beams): None leaves the server's beam 5, best-of 5
     beam_size: int | None = None  # 1: greedy
     best_of: int | None = None  # samples at each fallback temperature above 0
     patience: float | None = None

@@ -20,6 +20,16 @@ import numpy as np
 from rich.console import Console
 
 from xattn.clients.api import OFF, Options, read_audio
+from xattn.clients.commands import (
+    BAD_FILE,
+    OK,
+    Fail,
+    all_heads,
+    check_outputs,
+    connect_client,
+    live_view,
+    run_stream,
+)
 from xattn.clients.options import Threshold
 from xattn.clients.writers import FORMATS, SubtitleOptions, write_result
 
@@ -163,17 +173,15 @@ def subtitle_options(args: argparse.Namespace) -> SubtitleOptions:
 
 def run(args: argparse.Namespace, console: Console, err: Console) -> int:
     """Transcribe every AUDIO; the exit status."""
-    from xattn.clients import cli
-
     files = list(args.audio)
     if len(files) > 1 and (args.png or args.html or args.json):
-        raise cli.Fail(cli.BAD_FILE, "--png, --html and --json take one AUDIO")
-    cli.check_outputs(args.png, args.html)
+        raise Fail(BAD_FILE, "--png, --html and --json take one AUDIO")
+    check_outputs(args.png, args.html)
     output_dir = args.output_dir or ("." if args.output_format else None)
     if output_dir is not None and not Path(output_dir).is_dir():
-        raise cli.Fail(cli.BAD_FILE, f"cannot write to {output_dir}: no such folder")
+        raise Fail(BAD_FILE, f"cannot write to {output_dir}: no such folder")
     audios = [read_audio(path) for path in files]  # every file is read before the first call
-    client = cli.connect_client(args)
+    client = connect_client(args)
     notes = err if args.json else console
     request = dict(
         language=args.language,
@@ -182,13 +190,13 @@ def run(args: argparse.Namespace, console: Console, err: Console) -> int:
         options=options(args),
     )
     with client:
-        heads = cli.all_heads(client) if args.html else None
+        heads = all_heads(client) if args.html else None
         for path, audio in zip(files, audios, strict=True):
             events = client.stream_transcribe(
                 audio, alignment="all" if heads else "mean", **request
             )
-            view = None if args.json else cli.live_view(client, heads, audio, path)
-            result = cli.run_stream(events, console, view)
+            view = None if args.json else live_view(client, heads, audio, path)
+            result = run_stream(events, console, view)
             if output_dir is not None:
                 fmt = args.output_format or "all"
                 for written in write_result(result, path, output_dir, fmt, subtitle_options(args)):
@@ -205,4 +213,4 @@ def run(args: argparse.Namespace, console: Console, err: Console) -> int:
             if args.json:
                 sys.stdout.write(json.dumps(result.to_dict(), ensure_ascii=False, indent=2) + "\n")
                 sys.stdout.flush()
-    return cli.OK
+    return OK

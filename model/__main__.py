@@ -13,10 +13,16 @@ import time
 
 import numpy as np
 
-from xattn.model.audio import AudioError, decode_audio
-from xattn.model.decoding import DecodeOptions
+from xattn.model.audio.features import AudioError, decode_audio
+from xattn.model.decode.decoding import DecodeOptions
+from xattn.model.decode.results import (
+    FRAMES_PER_SECOND,
+    Segment,
+    TokenEvent,
+    Transcript,
+    WindowStart,
+)
 from xattn.model.pipeline import load_pipeline
-from xattn.model.results import FRAMES_PER_SECOND, Segment, TokenEvent, Transcript, WindowStart
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,21 +17,21 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from xattn.model.audio import SAMPLE_RATE, check_audio
-from xattn.model.batched import transcribe_batched
-from xattn.model.batching import StepBatcher, model_work
-from xattn.model.beams import check_search_options
+from xattn.model.audio.features import SAMPLE_RATE, check_audio
+from xattn.model.audio.vad import VadOptions, detect_speech
 from xattn.model.checkpoints import Checkpoint, load_checkpoint
-from xattn.model.decoding import TASKS, DecodeOptions, OptionsError
-from xattn.model.dims import ModelDims
-from xattn.model.logits import int8_supported
-from xattn.model.options import validate_options
-from xattn.model.tokenizer import Tokenizer
-from xattn.model.transcribe import Context, Event, transcribe
-from xattn.model.vad import VadOptions, detect_speech
-from xattn.model.vad_filter import check_vad_options, speech_events
-from xattn.model.whisper import Whisper
-from xattn.model.words import WordAligner
+from xattn.model.decode.beams import check_search_options
+from xattn.model.decode.decoding import TASKS, DecodeOptions, OptionsError
+from xattn.model.decode.options import validate_options
+from xattn.model.decode.step_batcher import StepBatcher, model_work
+from xattn.model.decode.tokenizer import Tokenizer
+from xattn.model.net.dims import ModelDims
+from xattn.model.net.logits import int8_supported
+from xattn.model.net.whisper import Whisper
+from xattn.model.transcribe.batched import transcribe_batched
+from xattn.model.transcribe.sequential import Context, Event, transcribe
+from xattn.model.transcribe.vad_filter import check_vad_options, speech_events
+from xattn.model.transcribe.words import WordAligner
 
 log = logging.getLogger(__name__)
 _BF16_NOTE = (
@@ -102,12 +102,12 @@ class Pipeline:
     def transcribe(
         self, audio: np.ndarray, options: DecodeOptions | None = None
     ) -> Iterator[Event]:
-        """Events of the transcription of 16 kHz mono float32 `audio` (xattn.model.transcribe)."""
+        """Events of the transcription of 16 kHz mono float32 `audio` (transcribe.sequential)."""
         options = options or DecodeOptions()
         self.validate(options)
         audio = check_audio(audio)
         spans = None
-        if options.vad_filter:  # the speech only, times mapped back (xattn.model.vad_filter)
+        if options.vad_filter:  # the speech only, times mapped back (transcribe.vad_filter)
             vad = options.vad_options or VadOptions()
             if options.batch_size is not None:  # spans that fit a window, as faster-whisper's
                 longest = min(vad.max_speech_duration_s, 30.0)
@@ -129,7 +129,7 @@ class Pipeline:
 
     def batched(self, max_batch: int = 16) -> Pipeline:
         """This pipeline with a StepBatcher: transcriptions running on several threads share
-        each cached decoder step's forward (xattn.model.batching)."""
+        each cached decoder step's forward (xattn.model.decode.step_batcher)."""
         batcher = StepBatcher(self.model, max_batch=max_batch)
         return dataclasses.replace(self, context=dataclasses.replace(self.context, batcher=batcher))
 
@@ -225,7 +225,7 @@ def load_pipeline(
 ) -> Pipeline:
     """Load `tiny.en`, `base`, a CTranslate2 directory or an openai-whisper `.pt` file.
 
-    compute: "fp32" (exact, the default), one of xattn.model.whisper.COMPUTES or "auto"
+    compute: "fp32" (exact, the default), one of xattn.model.net.whisper.COMPUTES or "auto"
     (resolve_compute)."""
     t0 = time.perf_counter()
     pipe = build_pipeline(load_checkpoint(name_or_path), device, compute)

@@ -14,6 +14,6 @@ text="Speech recognition turns sound into text. Cross attention shows where the 
 raw="$(mktemp --suffix=.wav)"
 trap 'rm -f "$raw"' EXIT
 
-espeak-ng -v en -s 150 -g 2 -w "$raw" "$text"
-sox -D "$raw" -r 16000 -c 1 -b 16 "$here/hello.wav" norm -1
+espeak-ng -v en -s 130 -g 2 -w "$raw" "$text"
+sox -D "$raw" -r 16000 -c 1 -b 16 "$here/hello.wav" norm -1 pad 0.5 0
 soxi "$here/hello.wav"

@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from xattn.model.whisper import COMPUTES
+from xattn.model.net.whisper import COMPUTES
 from xattn.service.security import SecurityConfigError, read_tokens
 from xattn.service.server import LIVE_MAX_SECONDS, ServerConfig, serve
 

@@ -12,13 +12,10 @@ from typing import TypeVar
 
 import numpy as np
 
-from xattn.model.alignment import APPEND_PUNCTUATIONS, PREPEND_PUNCTUATIONS
-from xattn.model.audio import AudioError, AudioTooLongError, decode_audio, pcm_to_audio
-from xattn.model.decoding import DEFAULT_TEMPERATURES, DecodeOptions, OptionsError
-from xattn.model.dims import ModelDims
-from xattn.model.live_vad import BEGIN, END, END_OF_UTTERANCE, LIVE_VAD, SpeechEvent
-from xattn.model.pipeline import Pipeline, compute_note
-from xattn.model.results import (
+from xattn.model.audio.features import AudioError, AudioTooLongError, decode_audio, pcm_to_audio
+from xattn.model.audio.vad import VadOptions, weights_path
+from xattn.model.decode.decoding import DEFAULT_TEMPERATURES, DecodeOptions, OptionsError
+from xattn.model.decode.results import (
     FRAMES_PER_SECOND,
     Segment,
     TokenEvent,
@@ -26,8 +23,11 @@ from xattn.model.results import (
     WindowDiscarded,
     WindowStart,
 )
-from xattn.model.streaming import LiveOptions, LiveResult
-from xattn.model.vad import VadOptions, weights_path
+from xattn.model.decode.tokenizer import APPEND_PUNCTUATIONS, PREPEND_PUNCTUATIONS
+from xattn.model.live.transcriber import LiveOptions, LiveResult
+from xattn.model.live.vad_stream import BEGIN, END, END_OF_UTTERANCE, LIVE_VAD, SpeechEvent
+from xattn.model.net.dims import ModelDims
+from xattn.model.pipeline import Pipeline, compute_note
 from xattn.service.engine import Event, Limits, Timings
 from xattn.service.rows import RowSpec
 from xattn.v1 import transcriber_pb2 as pb

@@ -8,9 +8,9 @@ a new worker replaces it. A decode that runs past `timeout` is killed the same w
 
 A worker is `python -m xattn.service.decoders FD`, a fresh interpreter (nothing forked from a
 server with gRPC and torch threads) that serves decodes over the socket FD until it dies or
-the pool closes. It runs xattn.model.containers.decode_native (no torch: ~70 MB, started in
+the pool closes. It runs xattn.model.audio.containers.decode_native (no torch: ~70 MB, started in
 ~0.1 s) and returns mono samples at the file's own rate; the server resamples them
-(xattn.model.audio.to_16k), so the samples are decode_audio's. A dead worker is replaced at
+(xattn.model.audio.features.to_16k), so the samples are decode_audio's. A dead worker is replaced at
 once, before the next request needs it. Raw PCM never comes here (numpy alone reads it).
 """
 
@@ -28,7 +28,7 @@ from multiprocessing.connection import Connection
 import numpy as np
 import soundfile
 
-from xattn.model.containers import AudioError, AudioTooLongError, decode_native
+from xattn.model.audio.containers import AudioError, AudioTooLongError, decode_native
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +109,7 @@ class DecoderProcesses:
         self._slots = threading.BoundedSemaphore(processes)
         self._lock = threading.Lock()
         self._idle: list[_Worker] = []
+        self._busy: set[int] = set()  # workers that have a decode's input (process ids)
         self._closed = False
 
     def start(self) -> None:
@@ -125,8 +126,14 @@ class DecoderProcesses:
         with self._lock:
             return [w.process.pid for w in self._idle]
 
+    def busy(self) -> list[int]:
+        """The process ids of the workers that have a decode's input (sent to them whole,
+        their reply not yet read): a worker that dies now fails that decode."""
+        with self._lock:
+            return sorted(self._busy)
+
     def decode(self, data: bytes, max_seconds: float | None = None) -> tuple[np.ndarray, int]:
-        """xattn.model.containers.decode_native(data, max_seconds=...) in a worker: mono
+        """xattn.model.audio.containers.decode_native(data, max_seconds=...) in a worker: mono
         samples at the file's rate, and the rate."""
         with self._slots:
             worker = self._take()
@@ -136,16 +143,23 @@ class DecoderProcesses:
                 worker.stop(kill=True)
                 worker = self._take()
                 worker.conn.send((data, max_seconds))
-            if not worker.conn.poll(self.timeout + STARTUP * worker.new):
-                self._lost(worker)
-                raise AudioError(
-                    f"cannot decode audio: decoding took longer than {self.timeout:g} s; "
-                    "convert it to WAV or FLAC, or send PCM"
-                )
+            pid = worker.process.pid
+            with self._lock:
+                self._busy.add(pid)
             try:
-                reply = worker.conn.recv()
-            except (EOFError, OSError):
-                raise self._crashed(worker, len(data)) from None
+                if not worker.conn.poll(self.timeout + STARTUP * worker.new):
+                    self._lost(worker)
+                    raise AudioError(
+                        f"cannot decode audio: decoding took longer than {self.timeout:g} s; "
+                        "convert it to WAV or FLAC, or send PCM"
+                    )
+                try:
+                    reply = worker.conn.recv()
+                except (EOFError, OSError):
+                    raise self._crashed(worker, len(data)) from None
+            finally:
+                with self._lock:
+                    self._busy.discard(pid)
             worker.new = False
             self._give_back(worker)
         if reply[0] == "audio":

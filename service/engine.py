@@ -6,7 +6,7 @@ slowed every decoder step ~30 %), then its transcription generator runs on a dec
 thread. Each event is shaped there (the caller's function, e.g. into a proto message) and
 handed to the event loop through an asyncio queue, with a little backpressure. Cancelling the
 consumer (client cancel, deadline, shutdown) closes the generator within one token. With
-several workers the pipeline carries a StepBatcher (xattn.model.batching): the workers' model
+several workers the pipeline carries a StepBatcher (decode/step_batcher.py): the workers' model
 work takes turns, and their cached decoder steps run as one batched forward.
 
 A live stream (xattn.service.live) takes one admission slot for its whole duration (`admit_live`);
@@ -27,11 +27,11 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
-from xattn.model.audio import decode_audio, to_16k
-from xattn.model.decoding import DecodeOptions, OptionsError
+from xattn.model.audio.features import decode_audio, to_16k
+from xattn.model.decode.decoding import DecodeOptions, OptionsError
+from xattn.model.decode.results import TokenEvent, WindowStart
 from xattn.model.pipeline import Pipeline
-from xattn.model.results import TokenEvent, WindowStart
-from xattn.model.transcribe import Event
+from xattn.model.transcribe.sequential import Event
 from xattn.service.decoders import DecoderProcesses
 
 log = logging.getLogger(__name__)
@@ -247,7 +247,7 @@ class Engine:
             self.decoders = DecoderProcesses(limits.decode_processes)
 
     def decode_audio(self, data: bytes, max_seconds: float | None = None) -> np.ndarray:
-        """An encoded file's samples (xattn.model.audio.decode_audio), in a worker process
+        """An encoded file's samples (xattn.model.audio.features.decode_audio), in a worker process
         unless `decode_processes` is 0; blocking."""
         if self.decoders is None:
             return decode_audio(data, max_seconds=max_seconds)

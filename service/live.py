@@ -26,10 +26,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from xattn.model.audio import MAX_CHANNELS, SAMPLE_RATE, AudioError, AudioTooLongError, pcm_to_audio
-from xattn.model.decoding import DecodeOptions, OptionsError
-from xattn.model.live_vad import SpeechEvent
-from xattn.model.streaming import LiveOptions, LiveResult, LiveTranscriber
+from xattn.model.audio.features import (
+    MAX_CHANNELS,
+    SAMPLE_RATE,
+    AudioError,
+    AudioTooLongError,
+    pcm_to_audio,
+)
+from xattn.model.decode.decoding import DecodeOptions, OptionsError
+from xattn.model.live.transcriber import LiveOptions, LiveResult, LiveTranscriber
+from xattn.model.live.vad_stream import SpeechEvent
 from xattn.service import convert
 from xattn.service.engine import Engine, Limits, LiveSlot
 from xattn.service.rows import RowSpec, row_spec

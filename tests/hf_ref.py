@@ -15,7 +15,7 @@ import torch
 from transformers import GenerationConfig, WhisperConfig, WhisperForConditionalGeneration
 
 from xattn.model.checkpoints import Checkpoint, to_hf_state_dict
-from xattn.model.tokenizer import Tokenizer
+from xattn.model.decode.tokenizer import Tokenizer
 
 
 def hf_model(ckpt: Checkpoint, tokenizer: Tokenizer, suppress: tuple[int, ...]):

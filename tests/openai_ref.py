@@ -40,7 +40,7 @@ def pipeline(name: str):
 @functools.cache
 def reference_transcribe(name: str, clip: str, word_timestamps: bool) -> dict:
     """openai-whisper's transcribe() at its defaults, fp32, on our decoded audio."""
-    from xattn.model.audio import decode_audio
+    from xattn.model.audio.features import decode_audio
 
     return whisper.transcribe(
         reference_model(name), decode_audio(clip), fp16=False, word_timestamps=word_timestamps

@@ -1,4 +1,4 @@
-"""xattn.model.alignment against hand-made cases and openai-whisper's reference implementation."""
+"""transcribe/alignment.py against hand-made cases and openai-whisper's reference implementation."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from xattn.model.alignment import (
-    APPEND_PUNCTUATIONS,
-    PREPEND_PUNCTUATIONS,
+from xattn.model.decode.tokenizer import APPEND_PUNCTUATIONS, PREPEND_PUNCTUATIONS
+from xattn.model.transcribe.alignment import (
     AlignedWord,
     SegmentTokens,
     add_word_timestamps,

@@ -1,7 +1,6 @@
-"""Tests of the audio front-end, model/audio.py."""
+"""Tests of the audio front-end, model/audio/features.py."""
 
 import io
-import shutil
 import struct
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import whisper.audio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xattn.model.audio import (
+from xattn.model.audio.features import (
     N_FRAMES,
     N_SAMPLES,
     SAMPLE_RATE,
@@ -67,7 +66,7 @@ def test_jfk_flac_decodes_to_11s_mono_16k(jfk_path: Path) -> None:
     np.testing.assert_array_equal(decode_audio(str(jfk_path)), audio)
 
 
-@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="ffmpeg CLI not installed")
+@pytest.mark.requires_tool("ffmpeg")
 def test_jfk_close_to_ffmpeg_decode(jfk_path: Path) -> None:
     ours = decode_audio(jfk_path)
     theirs = whisper.audio.load_audio(str(jfk_path))

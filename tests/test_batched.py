@@ -1,4 +1,4 @@
-"""Batched long-form (model/batched.py): windows decoded N at once give the tokens of the same
+"""Batched long-form (transcribe/batched.py): windows decoded N at once give the tokens of the same
 windows decoded one by one; rows sum to 1; words and segments are in order on the file's clock.
 
 The audio (~60 s) is built from the shared clips with pauses, so that vad_filter groups it
@@ -16,11 +16,11 @@ import pytest
 from conftest import SHARED_AUDIO
 from openai_ref import pipeline
 
-from xattn.model import vad
-from xattn.model.audio import decode_audio
-from xattn.model.decoding import DecodeOptions, OptionsError
-from xattn.model.results import Segment, TokenEvent, Transcript, WindowStart
-from xattn.model.vad import SAMPLE_RATE
+from xattn.model.audio import vad
+from xattn.model.audio.features import decode_audio
+from xattn.model.audio.vad import SAMPLE_RATE
+from xattn.model.decode.decoding import DecodeOptions, OptionsError
+from xattn.model.decode.results import Segment, TokenEvent, Transcript, WindowStart
 from xattn.service.background import BackgroundServer
 from xattn.service.server import ServerConfig
 from xattn.v1 import transcriber_pb2 as pb
@@ -115,7 +115,7 @@ def test_ten_minutes_batched_equals_one_by_one() -> None:
 def test_its_torch_work_runs_on_the_calling_thread(long_audio) -> None:
     """A library call with batch_size runs every forward (log-mel, encoder, decoder steps) on
     the thread that called it, as the sequential path does: a model thread of its own would
-    hold a second OpenMP team (xattn.model.batching.CallerThread)."""
+    hold a second OpenMP team (xattn.model.decode.step_batcher.CallerThread)."""
     model = pipeline("tiny.en").model
     threads: set[str] = set()
     hooks = [

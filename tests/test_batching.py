@@ -1,4 +1,4 @@
-"""Cached decoder steps batched across decodes (xattn.model.batching): the same numbers as one at a
+"""Cached decoder steps batched across decodes (step_batcher.py): the same numbers as one at a
 time, whatever the decodes' lengths and windows, and the same transcripts from threads."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from xattn.model.audio import N_FRAMES, decode_audio, log_mel_spectrogram, pad_or_trim
-from xattn.model.batching import StepBatcher
-from xattn.model.decoding import DecodeOptions
-from xattn.model.kv_cache import CacheBatch, KVCache, joined_rows
+from xattn.model.audio.features import N_FRAMES, decode_audio, log_mel_spectrogram, pad_or_trim
+from xattn.model.decode.decoding import DecodeOptions
+from xattn.model.decode.results import TokenEvent
+from xattn.model.decode.step_batcher import StepBatcher
+from xattn.model.net.kv_cache import CacheBatch, KVCache, joined_rows
 from xattn.model.pipeline import Pipeline, load_pipeline
-from xattn.model.results import TokenEvent
 
 
 @cache

@@ -1,4 +1,4 @@
-"""Beam search and best-of sampling (xattn.model.beams) against openai-whisper, fp32, same
+"""Beam search and best-of sampling (xattn.model.decode.beams) against openai-whisper, fp32, same
 weights: token-identical transcripts and word times; the search's bookkeeping against
 openai-whisper's BeamSearchDecoder + MaximumLikelihoodRanker on synthetic logits; the cache's
 reorder; the stream of a search (early tokens, rows); the service's default and validation.
@@ -17,13 +17,13 @@ import whisper
 from openai_ref import pipeline, reference_model
 from whisper.decoding import BeamSearchDecoder, MaximumLikelihoodRanker
 
-from xattn.model.audio import decode_audio
-from xattn.model.batching import StepBatcher
-from xattn.model.beams import BeamSearch, best, settled
-from xattn.model.decoding import DecodeOptions, OptionsError
+from xattn.model.audio.features import decode_audio
+from xattn.model.decode.beams import BeamSearch, best, settled
+from xattn.model.decode.decoding import DecodeOptions, OptionsError
+from xattn.model.decode.results import TokenEvent, Transcript, WindowDiscarded, WindowStart
+from xattn.model.decode.step_batcher import StepBatcher
 from xattn.model.pipeline import Pipeline, load_pipeline
-from xattn.model.results import TokenEvent, Transcript, WindowDiscarded, WindowStart
-from xattn.model.transcribe import transcribe
+from xattn.model.transcribe.sequential import transcribe
 from xattn.service import convert
 from xattn.v1 import transcriber_pb2 as pb
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import requires_tool
 from rich.console import Console
 
 from xattn.clients.api import Finished, Token, WindowStarted, connect
@@ -146,6 +147,7 @@ def test_cli_writes_whisper_files_for_several_audio(
 
     from benchmarks.synth import speak
 
+    requires_tool("espeak-ng")
     other = tmp_path / "hello.wav"
     sf.write(other, speak("Hello there, this is a second file."), 16000)
     out = tmp_path / "out"

@@ -16,7 +16,7 @@ from test_inspector import (
 
 from tests.openai_ref import pipeline
 from xattn.clients.cli import main
-from xattn.clients.compare import align_words, differences, side_specs, word_key
+from xattn.clients.comparison import align_words, differences, side_specs, word_key
 from xattn.clients.data import Word
 from xattn.service.background import BackgroundServer
 from xattn.service.server import ServerConfig

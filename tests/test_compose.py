@@ -16,7 +16,6 @@ import contextlib
 import copy
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -28,6 +27,7 @@ from typing import Any
 
 import pytest
 import yaml
+from conftest import requires_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"
@@ -53,13 +53,7 @@ def clean_env() -> dict[str, str]:
 
 
 def docker_compose() -> str:
-    binary = shutil.which("docker-compose")
-    if binary is None:
-        message = "docker-compose is not installed (apt-get install docker-compose)"
-        if IN_CI:
-            pytest.fail(f"{message}; .ci/run installs it")
-        pytest.skip(message)
-    return binary
+    return requires_tool("docker-compose")
 
 
 def run_docker_compose(path: Path) -> subprocess.CompletedProcess[str]:
@@ -617,8 +611,7 @@ def test_client_demo_command_against_the_server(server: int, tmp_path: Path) -> 
 
 def test_probe_follows_the_servers_tls_and_auth(tmp_path: Path) -> None:
     """With XATTN_TLS_* and a token file in its environment, the probe speaks TLS and sends it."""
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is not installed")
+    requires_tool("openssl")
     cert, key, tokens = tmp_path / "cert.pem", tmp_path / "key.pem", tmp_path / "tokens"
     subprocess.run(
         ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"]
@@ -682,8 +675,7 @@ def test_tls_override_end_to_end(tmp_path: Path) -> None:
     """deploy/make_secrets.sh; the merged server environment on a real server (secrets at
     their files, not /run/secrets); its health probe; the merged client command against it,
     and the same command without the token (UNAUTHENTICATED)."""
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is not installed")
+    requires_tool("openssl")
     secrets = tmp_path / "secrets"
     made = subprocess.run(["bash", str(MAKE_SECRETS), str(secrets)], capture_output=True, text=True)
     assert made.returncode == 0, made.stderr

@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from xattn.model.audio import decode_audio
-from xattn.model.decoding import DecodeOptions
-from xattn.model.logits import MASS_TOKENS, SIGMAS, Int8Logits, int8_supported
+from xattn.model.audio.features import decode_audio
+from xattn.model.decode.decoding import DecodeOptions
+from xattn.model.decode.results import TokenEvent, Transcript
+from xattn.model.net.logits import MASS_TOKENS, SIGMAS, Int8Logits, int8_supported
 from xattn.model.pipeline import (
     CpuCapability,
     Pipeline,
@@ -23,7 +24,6 @@ from xattn.model.pipeline import (
     load_pipeline,
     resolve_compute,
 )
-from xattn.model.results import TokenEvent, Transcript
 from xattn.service.__main__ import config_from_args, parse_args
 from xattn.service.background import BackgroundServer
 from xattn.service.server import ServerConfig

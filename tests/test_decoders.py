@@ -17,8 +17,8 @@ import pytest
 import soundfile
 from openai_ref import pipeline
 
-from xattn.model.audio import AudioError, AudioTooLongError, decode_audio, to_16k
-from xattn.model.containers import decode_native
+from xattn.model.audio.containers import decode_native
+from xattn.model.audio.features import AudioError, AudioTooLongError, decode_audio, to_16k
 from xattn.service.background import BackgroundServer
 from xattn.service.decoders import DecoderProcesses
 from xattn.service.server import ServerConfig
@@ -78,7 +78,8 @@ def while_stopped(
     decoders: DecoderProcesses, action: Callable[[], object], then: Callable[[int], None]
 ) -> object:
     """Run `action` (a decode) on a thread while the idle workers are stopped (SIGSTOP: the
-    one it takes cannot finish); once it took one, let the others go and do `then(its pid)`.
+    one it takes cannot finish); once that worker has the decode's input (the pool's `busy`:
+    sent whole, so that its death is this input's), let the others go and do `then(its pid)`.
     What `action` returned or raised."""
     idle = decoders.pids()
     assert idle
@@ -88,10 +89,10 @@ def while_stopped(
     thread = threading.Thread(target=lambda: out.append(_try(action)))
     thread.start()
     deadline = time.monotonic() + 60
-    while len(decoders.pids()) == len(idle):  # until the decode took one
-        assert time.monotonic() < deadline
+    while not set(idle) & set(decoders.busy()):  # a state the pool reports, not a delay
+        assert thread.is_alive() and time.monotonic() < deadline, out
         time.sleep(0.01)
-    (taken,) = set(idle) - set(decoders.pids())
+    (taken,) = set(idle) & set(decoders.busy())
     for pid in decoders.pids():
         os.kill(pid, signal.SIGCONT)
     then(taken)

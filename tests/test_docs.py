@@ -25,6 +25,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from conftest import requires_tool
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from benchmarks import render, results
@@ -34,6 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 MARK = "<!-- test -->"
 LANGUAGES = {"sh": "sh", "bash": "sh", "shell": "sh", "python": "python", "py": "python"}
+# system tools an example may run (a shell block that runs one skips without it, naming it)
+TOOLS = ("ffmpeg", "sox", "espeak-ng", "arecord", "grpcurl", "openssl", "docker-compose", "kubectl")
 ADDRESS = re.compile(r"\b(?:127\.0\.0\.1|localhost):50051\b")
 HTTP_ADDRESS = re.compile(r"\b(?:127\.0\.0\.1|localhost):8000\b")
 TIMEOUT = 120  # seconds an example may take (a loaded 2-core CI machine)
@@ -74,6 +77,21 @@ def examples(page: Path) -> list[Example]:
 
 
 EXAMPLES = [e for page in PAGES if page.is_file() for e in examples(page)]
+
+
+def tools_run(code: str) -> list[str]:
+    """The TOOLS a shell block runs as a command (at a line's start, or after | ; && $( )."""
+    return [
+        tool
+        for tool in TOOLS
+        if re.search(rf"(?:^|[|;&(])\s*{re.escape(tool)}(?=\s|$)", code, re.M)
+    ]
+
+
+def test_tools_run_finds_commands_only() -> None:
+    assert tools_run("ffmpeg -i a.wav -f s16le - | xattn stream -\n") == ["ffmpeg"]
+    assert tools_run("x=$(sox a.wav -n stat) && openssl version") == ["sox", "openssl"]
+    assert tools_run("xattn transcribe ffmpeg-notes.wav  # not sox\n") == []
 
 
 @pytest.fixture(scope="module")
@@ -124,6 +142,9 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[e.name for e in EXAMPLES])
 def test_example_runs(example: Example, server: tuple[str, str], sandbox: Path) -> None:
+    if example.language == "sh":
+        for tool in tools_run(example.code):
+            requires_tool(tool)
     server, http_server = server
     code = HTTP_ADDRESS.sub(http_server, ADDRESS.sub(server, example.code))
     bin_dir = Path(sys.executable).parent

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from benchmarks.synth import varied_clip
-from xattn.model.decoding import DecodeOptions
-from xattn.model.logits import int8_supported
+from xattn.model.decode.decoding import DecodeOptions
+from xattn.model.decode.results import TokenEvent, Transcript
+from xattn.model.net.logits import int8_supported
 from xattn.model.pipeline import load_pipeline
-from xattn.model.results import TokenEvent, Transcript
 
 
 def transcribe(compute: str, audio: np.ndarray) -> tuple[list[int], list[tuple], str]:
@@ -29,6 +29,7 @@ def transcribe(compute: str, audio: np.ndarray) -> tuple[list[int], list[tuple],
 
 
 @pytest.mark.skipif(not int8_supported(), reason="this torch has no fbgemm int8 kernels")
+@pytest.mark.requires_tool("espeak-ng", "sox")  # benchmarks/synth.py
 def test_int8_logits_is_exact_on_varied_speech() -> None:
     audio = varied_clip()
     assert len(audio) > 50 * 16000  # two windows

@@ -1,4 +1,4 @@
-"""The C++ decoder step (xattn.model.fused): bitwise the Python step's numbers wherever the
+"""The C++ decoder step (xattn.model.net.fused): bitwise the Python step's numbers wherever the
 decoder takes it (one row, beams over one window, rows of several windows, batches of caches,
 with and without the cross-attention scores), real decodes token for token and row for row,
 and the Python step wherever it does not apply. CI builds it (`make install`); elsewhere
@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from xattn.model import fused
-from xattn.model.audio import decode_audio
-from xattn.model.decoding import DecodeOptions
-from xattn.model.kv_cache import CacheBatch, KVCache
-from xattn.model.linear import Linear, StepKernels, packed
+from xattn.model.audio.features import decode_audio
+from xattn.model.decode.decoding import DecodeOptions
+from xattn.model.decode.results import TokenEvent
+from xattn.model.net import fused
+from xattn.model.net.kv_cache import CacheBatch, KVCache
+from xattn.model.net.linear import Linear, StepKernels, packed
 from xattn.model.pipeline import Pipeline, load_pipeline
-from xattn.model.results import TokenEvent
 
 EVAL = Path(__file__).resolve().parents[2] / "shared" / "eval"
 

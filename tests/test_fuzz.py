@@ -37,7 +37,7 @@ from fuzz.fuzz_audio import Decoder, check_output
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from xattn.model.audio import AudioError, AudioTooLongError, decode_audio, pcm_to_audio
+from xattn.model.audio.features import AudioError, AudioTooLongError, decode_audio, pcm_to_audio
 from xattn.model.pipeline import Pipeline, load_pipeline
 from xattn.service.background import BackgroundServer
 from xattn.service.server import ServerConfig

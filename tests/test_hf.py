@@ -13,16 +13,22 @@ import torch
 
 from tests.hf_ref import hf_model, save_hf
 from tests.openai_ref import pipeline
-from xattn.model.audio import N_FRAMES, N_SAMPLES, decode_audio, log_mel_spectrogram, pad_or_trim
+from xattn.model.audio.features import (
+    N_FRAMES,
+    N_SAMPLES,
+    decode_audio,
+    log_mel_spectrogram,
+    pad_or_trim,
+)
 from xattn.model.checkpoints import (
     HEADS_DEFAULT_RULE,
     HEADS_FROM_CHECKPOINT,
     default_alignment_heads,
     load_checkpoint,
 )
-from xattn.model.decoding import DecodeOptions
+from xattn.model.decode.decoding import DecodeOptions
+from xattn.model.decode.results import Segment
 from xattn.model.pipeline import Pipeline, load_pipeline
-from xattn.model.results import Segment
 
 GREEDY = DecodeOptions(language="en", temperatures=(0.0,), without_timestamps=True)
 
@@ -50,7 +56,7 @@ def jfk_audio(jfk_path):
 
 
 def window_mel(audio, n_mels: int) -> torch.Tensor:
-    """The first window's log-mel exactly as xattn.model.transcribe gives it to the model."""
+    """The first window's log-mel exactly as transcribe.sequential gives it to the model."""
     mel = log_mel_spectrogram(audio, n_mels, padding=N_SAMPLES)  # [n_mels, content + 3000]
     return pad_or_trim(mel[:, : mel.shape[-1] - N_FRAMES], N_FRAMES)[None]  # [1, n_mels, 3000]
 

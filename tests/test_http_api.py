@@ -21,8 +21,8 @@ import webvtt
 from http_client import http
 
 from xattn.model.audio import decode_audio
+from xattn.model.decode.results import Segment
 from xattn.model.pipeline import Pipeline, load_pipeline
-from xattn.model.results import Segment
 from xattn.service.background import BackgroundServer
 from xattn.service.engine import Run
 from xattn.service.http.languages import LANGUAGES

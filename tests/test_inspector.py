@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import requires_tool
 from test_clients import ROOT, start_server, stop_server
 
 from xattn.clients.cli import main
@@ -58,8 +59,7 @@ def browser() -> Iterator[Any]:
         from playwright.sync_api import sync_playwright
     except ImportError:
         unavailable("playwright is not installed")
-    if not Path(CHROMIUM).exists():
-        unavailable(f"no browser at {CHROMIUM} (apt-get install chromium)")
+    requires_tool("chromium", CHROMIUM)
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import re
-import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +25,7 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
+from conftest import requires_tool
 from kustomize import Doc, by_kind, render
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,9 +58,7 @@ def env_of(c: Doc) -> dict[str, str]:
 
 @pytest.mark.parametrize("folder", [BASE, PRODUCTION], ids=["base", "production"])
 def test_render_matches_kubectl_kustomize(folder: Path) -> None:
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.skip("kubectl is not installed: render() alone is used")
+    kubectl = requires_tool("kubectl")  # without it, render() alone is checked (elsewhere)
     done = subprocess.run(
         [kubectl, "kustomize", str(folder)], capture_output=True, text=True, timeout=60
     )

@@ -1,4 +1,4 @@
-"""The decoder step's CPU products (xattn.model.linear): the plain product's numbers, and they apply
+"""The decoder step's CPU products (net/linear.py): the plain product's numbers, and they apply
 to every weight that a step of the real model reads."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from xattn.model.linear import (
+from xattn.model.net.linear import (
     KERNELS,
     SPLIT,
     SPLIT_ROWS,
@@ -212,7 +212,7 @@ def test_the_packed_kernel_of_narrower_cpus(isa: str) -> None:
         pytest.skip("the C++ extension is not built (make install builds it)")
     script = (
         "import torch, torch.nn.functional as F\n"
-        "from xattn.model.linear import packed, packed_linear\n"
+        "from xattn.model.net.linear import packed, packed_linear\n"
         "torch.set_grad_enabled(False)\n"
         "g = torch.Generator().manual_seed(0)\n"
         "w, b = torch.randn(1000, 96, generator=g), torch.randn(1000, generator=g)\n"

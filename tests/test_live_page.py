@@ -25,6 +25,7 @@ import grpc
 import numpy as np
 import pytest
 import soundfile
+from conftest import requires_tool
 from openai_ref import pipeline
 from test_inspector import ARGS, CHROMIUM, OUTPUT, unavailable
 from websockets.exceptions import ConnectionClosed, InvalidStatus
@@ -134,8 +135,7 @@ def browser(fake_mic: Path) -> Iterator[Any]:
         from playwright.sync_api import sync_playwright
     except ImportError:
         unavailable("playwright is not installed")
-    if not Path(CHROMIUM).exists():
-        unavailable(f"no browser at {CHROMIUM} (apt-get install chromium)")
+    requires_tool("chromium", CHROMIUM)
     mic = [
         "--use-fake-ui-for-media-stream",
         "--use-fake-device-for-media-stream",

@@ -6,8 +6,6 @@ word (case and punctuation aside), as tests/test_live_service.py holds the file 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +16,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+from conftest import requires_tool
 from openai_ref import pipeline
 from wording import word_distance, words_of
 
@@ -47,15 +46,6 @@ def offline_text(server: str, jfk_path: Path) -> str:
         return stub.Transcribe(pb.TranscribeRequest(audio=audio)).transcript.text
 
 
-def tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true and {name} is missing (.ci/run installs it)")
-        pytest.skip(f"{name} is not installed")
-    return path
-
-
 def piped(producer: list[str], flags: list[str], server: str) -> subprocess.CompletedProcess:
     """`producer | xattn stream - FLAGS --json`: the CLI's exit, stdout and stderr."""
     source = subprocess.Popen(producer, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
@@ -74,7 +64,7 @@ def piped(producer: list[str], flags: list[str], server: str) -> subprocess.Comp
 
 
 def test_sox_pipe_s16le_16k(server: str, offline_text: str, jfk_path: Path) -> None:
-    sox = [tool("sox"), "-q", str(jfk_path), "-t", "raw", "-r", "16000", "-c", "1"]
+    sox = [requires_tool("sox"), "-q", str(jfk_path), "-t", "raw", "-r", "16000", "-c", "1"]
     done = piped([*sox, "-b", "16", "-e", "signed-integer", "-"], [], server)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
@@ -86,7 +76,7 @@ def test_sox_pipe_s16le_16k(server: str, offline_text: str, jfk_path: Path) -> N
 
 def test_ffmpeg_pipe_f32le_44k_stereo(server: str, offline_text: str, jfk_path: Path) -> None:
     """Another rate, channels and sample format: mixed down and resampled by the client."""
-    ffmpeg = [tool("ffmpeg"), "-nostdin", "-loglevel", "error", "-i", str(jfk_path)]
+    ffmpeg = [requires_tool("ffmpeg"), "-nostdin", "-loglevel", "error", "-i", str(jfk_path)]
     ffmpeg += ["-f", "f32le", "-ar", "44100", "-ac", "2", "-"]
     flags = ["--rate", "44100", "--channels", "2", "--format", "f32le"]
     done = piped(ffmpeg, flags, server)

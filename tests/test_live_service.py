@@ -23,7 +23,7 @@ import pytest
 from openai_ref import pipeline
 from wording import word_distance, words_of
 
-from xattn.model.audio import decode_audio
+from xattn.model.audio.features import decode_audio
 from xattn.service.background import BackgroundServer
 from xattn.service.rows import unpack
 from xattn.service.server import ServerConfig

@@ -15,10 +15,10 @@ from conftest import SHARED_AUDIO
 from openai_ref import pipeline
 from wording import word_distance
 
-from xattn.model.audio import decode_audio
-from xattn.model.live_vad import BEGIN, END, LIVE_VAD, SpeechEvent, StreamingVad
-from xattn.model.streaming import LiveOptions, LiveResult, LiveTranscriber
-from xattn.model.vad import SAMPLE_RATE, VadOptions, speech_probs, speech_spans
+from xattn.model.audio.features import decode_audio
+from xattn.model.audio.vad import SAMPLE_RATE, VadOptions, speech_probs, speech_spans
+from xattn.model.live.transcriber import LiveOptions, LiveResult, LiveTranscriber
+from xattn.model.live.vad_stream import BEGIN, END, LIVE_VAD, SpeechEvent, StreamingVad
 from xattn.service.background import BackgroundServer
 from xattn.service.server import ServerConfig
 from xattn.v1 import transcriber_pb2 as pb

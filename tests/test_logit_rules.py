@@ -1,4 +1,4 @@
-"""The per-step logit rules' fast paths (model/decoding.py, top_k of model/logits.py): one row
+"""The per-step logit rules' fast paths (decode/decoding.py, top_k of net/logits.py): one row
 as rows, ties as torch, the k largest as topk."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from xattn.model.decoding import LogitRules, first_max
-from xattn.model.logits import BLOCK, top_k
+from xattn.model.decode.decoding import LogitRules, first_max
+from xattn.model.net.logits import BLOCK, top_k
 
 TS = 50  # timestamp_begin of a toy vocabulary of 80
 

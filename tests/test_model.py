@@ -7,9 +7,9 @@ import pytest
 import torch
 from openai_ref import pipeline, reference_model, reference_transcribe
 
-from xattn.model.audio import N_FRAMES, decode_audio, log_mel_spectrogram, pad_or_trim
-from xattn.model.decoding import DecodeOptions
-from xattn.model.results import Segment, TokenEvent, Transcript, WindowStart
+from xattn.model.audio.features import N_FRAMES, decode_audio, log_mel_spectrogram, pad_or_trim
+from xattn.model.decode.decoding import DecodeOptions
+from xattn.model.decode.results import Segment, TokenEvent, Transcript, WindowStart
 
 JFK_TEXT = (
     " And so my fellow Americans ask not what your country can do for you"

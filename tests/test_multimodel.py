@@ -17,10 +17,11 @@ from pathlib import Path
 
 import grpc
 import pytest
+from conftest import requires_tool
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.test_service_process import ROOT, grpcurl, grpcurl_binary
-from xattn.model.audio import decode_audio
+from xattn.model.audio.features import decode_audio
 from xattn.v1 import transcriber_pb2 as pb
 from xattn.v1 import transcriber_pb2_grpc
 
@@ -165,9 +166,7 @@ def test_unknown_model_is_invalid_argument(stub, jfk_path: Path) -> None:
 
 
 def test_grpcurl_shows_both(server) -> None:
-    binary = grpcurl_binary()
-    if binary is None:
-        pytest.skip("grpcurl is not installed")
+    binary = grpcurl_binary() or requires_tool("grpcurl")
     out = json.loads(grpcurl(binary, server[0], "xattn.v1.Transcriber/GetModelInfo"))
     models = out["models"]  # grpcurl prints the proto's names (older ones: lowerCamelCase)
     assert [m.get("model_name", m.get("modelName")) for m in models] == ["tiny.en", "base"]

@@ -10,11 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import whisper
+from conftest import requires_tool
 from openai_ref import pipeline, reference_model
 
-from xattn.model.audio import decode_audio
-from xattn.model.decoding import DecodeOptions, OptionsError
-from xattn.model.results import Segment
+from xattn.model.audio.features import decode_audio
+from xattn.model.decode.decoding import DecodeOptions, OptionsError
+from xattn.model.decode.results import Segment
 
 Outcome = tuple[list[list[int]], list[tuple[float, float]], str]  # tokens, bounds, text
 
@@ -163,6 +164,7 @@ def test_hallucination_silence_threshold_as_openai_whisper() -> None:
     of its end is left whole) and its skips of silence before anomalous words."""
     from benchmarks.synth import concat, noise, silence, speak
 
+    requires_tool("espeak-ng")
     audio = concat(
         speak(PARAGRAPH, "en-us", 150),
         noise(20.0, 0.005),

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from conftest import requires_tool
 
 from xattn.v1 import transcriber_pb2 as pb
 from xattn.v1 import transcriber_pb2_grpc
@@ -62,11 +60,7 @@ def test_stream_events_and_options() -> None:
 
 
 def test_buf_lint() -> None:
-    buf = shutil.which("buf")
-    if buf is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("buf is missing: .ci/run installs it (npm @bufbuild/buf)")
-        pytest.skip("buf not installed (npm install @bufbuild/buf)")
+    buf = requires_tool("buf")
     done = subprocess.run(
         [buf, "lint", "proto"], cwd=ROOT, capture_output=True, text=True, timeout=120
     )

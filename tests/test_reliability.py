@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from xattn.model.audio import decode_audio
+from xattn.model.audio.features import decode_audio
 from xattn.service.stats import process_status
 from xattn.v1 import transcriber_pb2 as pb
 from xattn.v1 import transcriber_pb2_grpc

@@ -22,7 +22,6 @@ The numbers (calls, outcomes by status, p50/p99 before and after the faults) are
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import threading
@@ -33,6 +32,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from conftest import requires_tool
 
 from benchmarks.replicas import Balancer, Replicas, wait_until
 from benchmarks.scale_load import Load, Outcome, call, summary
@@ -52,11 +52,7 @@ LOG_LINE = re.compile(
 
 @pytest.fixture(scope="module", autouse=True)
 def haproxy() -> None:
-    if Balancer.binary() is None:
-        message = "haproxy is not installed (apt-get install haproxy)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"{message}; .ci/run installs it")
-        pytest.skip(message)
+    Balancer.binary() or requires_tool("haproxy")
 
 
 # --- real replicas ---------------------------------------------------------------------------

@@ -24,7 +24,7 @@ import pytest
 import soundfile as sf
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from xattn.model.audio import decode_audio
+from xattn.model.audio.features import decode_audio
 from xattn.model.pipeline import Pipeline, load_pipeline
 from xattn.service.background import BackgroundServer
 from xattn.service.engine import Counters, Engine
@@ -306,7 +306,7 @@ BAD_REQUESTS = {  # name: (audio or None for jfk, options, alignment, status, wo
         INVALID,
         "does not exist",
     ),
-    # openai-whisper's and faster-whisper's options (model/options.py): the field is named
+    # openai-whisper's and faster-whisper's options (model/decode/options.py): the field is named
     "suppress_tokens id": (
         None,
         pb.TranscriptionOptions(suppress_tokens=pb.TokenIds(ids=[-1, 60000])),

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from xattn.model.audio import AudioError, AudioTooLongError
-from xattn.model.decoding import DEFAULT_TEMPERATURES, OptionsError
-from xattn.model.dims import ModelDims
-from xattn.model.results import TokenEvent, Transcript, WindowDiscarded, WindowStart
+from xattn.model.audio.features import AudioError, AudioTooLongError
+from xattn.model.decode.decoding import DEFAULT_TEMPERATURES, OptionsError
+from xattn.model.decode.results import TokenEvent, Transcript, WindowDiscarded, WindowStart
+from xattn.model.net.dims import ModelDims
 from xattn.service import convert
 from xattn.service.rows import RowSpec, row_spec, unpack
 from xattn.v1 import transcriber_pb2 as pb

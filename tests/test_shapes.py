@@ -21,7 +21,7 @@ import whisper
 from whisper.model import ModelDimensions
 
 from tests.hf_ref import hf_model, save_hf
-from xattn.model.audio import N_FRAMES, N_SAMPLES, log_mel_spectrogram, pad_or_trim
+from xattn.model.audio.features import N_FRAMES, N_SAMPLES, log_mel_spectrogram, pad_or_trim
 from xattn.model.checkpoints import (
     HEADS_DEFAULT_RULE,
     HEADS_FROM_CHECKPOINT,
@@ -31,12 +31,12 @@ from xattn.model.checkpoints import (
     to_openai_state_dict,
 )
 from xattn.model.checkpoints.base import bundled_tokenizer
-from xattn.model.decoding import DecodeOptions
-from xattn.model.dims import ModelDims
+from xattn.model.decode.decoding import DecodeOptions
+from xattn.model.decode.results import Transcript
+from xattn.model.decode.tokenizer import Tokenizer, add_language_tokens
+from xattn.model.net.dims import ModelDims
+from xattn.model.net.whisper import Whisper
 from xattn.model.pipeline import load_pipeline
-from xattn.model.results import Transcript
-from xattn.model.tokenizer import Tokenizer, add_language_tokens
-from xattn.model.whisper import Whisper
 from xattn.service.convert import model_info
 from xattn.service.engine import Limits
 

@@ -13,8 +13,8 @@ import pytest
 from openai_ref import pipeline
 from wording import word_distance, words_of
 
-from xattn.model.audio import SAMPLE_RATE, decode_audio
-from xattn.model.streaming import LiveOptions, LiveTranscriber
+from xattn.model.audio.features import SAMPLE_RATE, decode_audio
+from xattn.model.live.transcriber import LiveOptions, LiveTranscriber
 
 
 def feed(audio: np.ndarray, options: LiveOptions, chunk_s: float | list[float] = 0.5):

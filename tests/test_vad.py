@@ -1,4 +1,4 @@
-"""Silero VAD (model/vad.py) and vad_filter (model/vad_filter.py) against faster-whisper's.
+"""Silero VAD (audio/vad.py) and vad_filter (transcribe/vad_filter.py) against faster-whisper's.
 
 The audio: J. F. Kennedy's 11 s, then 20 s of silence and noise, then a 3 s LibriVox
 sentence, made from the shared clips at test time.
@@ -14,10 +14,8 @@ import pytest
 from conftest import SHARED_AUDIO
 from openai_ref import pipeline
 
-from xattn.model.audio import decode_audio
-from xattn.model.decoding import DecodeOptions, OptionsError
-from xattn.model.results import Segment, TokenEvent, Transcript, WindowStart
-from xattn.model.vad import (
+from xattn.model.audio.features import decode_audio
+from xattn.model.audio.vad import (
     SAMPLE_RATE,
     SpeechMap,
     SpeechSpan,
@@ -25,7 +23,9 @@ from xattn.model.vad import (
     speech_probs,
     speech_spans,
 )
-from xattn.model.vad_filter import frame_clock
+from xattn.model.decode.decoding import DecodeOptions, OptionsError
+from xattn.model.decode.results import Segment, TokenEvent, Transcript, WindowStart
+from xattn.model.transcribe.vad_filter import frame_clock
 
 faster_vad = pytest.importorskip("faster_whisper.vad")
 SECOND = "../eval/audio/psphinx_sense_and_sensibility_01_austen_64kb-0880.wav"
@@ -189,7 +189,7 @@ def test_bad_vad_options_are_refused(vad_options: VadOptions, message: str) -> N
 
 
 def test_proto_options_and_events_convert() -> None:
-    from xattn.model.results import FrameSpan, TimeSpan
+    from xattn.model.decode.results import FrameSpan, TimeSpan
     from xattn.service import convert
     from xattn.v1 import transcriber_pb2 as pb
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from openai_ref import pipeline, reference_transcribe
 
-from xattn.model.audio import decode_audio
-from xattn.model.decoding import DecodeOptions
-from xattn.model.results import Segment, TokenEvent
+from xattn.model.audio.features import decode_audio
+from xattn.model.decode.decoding import DecodeOptions
+from xattn.model.decode.results import Segment, TokenEvent
 
 CASES = [("tiny.en", "jfk.flac"), ("base", "jfk.flac"), ("base", "multilingual.mp3")]
 

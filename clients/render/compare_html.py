@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from xattn.clients.compare import Side, WordPair, align_words, differences
+from xattn.clients.comparison import Side, WordPair, align_words, differences
 from xattn.clients.render.html import ASSETS, _script_json, page, result_events
 
 

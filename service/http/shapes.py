@@ -19,7 +19,7 @@ from datetime import timedelta
 
 import srt
 
-from xattn.model.dims import ModelDims
+from xattn.model.net.dims import ModelDims
 from xattn.service.http.forms import FormRequest
 from xattn.service.http.languages import language_name
 from xattn.service.rows import WIRE_DTYPES

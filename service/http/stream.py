@@ -18,7 +18,7 @@ import json
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 
-from xattn.model.tokenizer import Tokenizer
+from xattn.model.decode.tokenizer import Tokenizer
 from xattn.service.http.errors import api_error
 from xattn.service.http.forms import FormRequest
 from xattn.service.http.shapes import tensor, text_of

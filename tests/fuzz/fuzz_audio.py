@@ -34,7 +34,7 @@ class Decoder:
     """decode_audio / pcm_to_audio and the checks on what they return."""
 
     def __init__(self) -> None:
-        from xattn.model import audio
+        from xattn.model.audio import features as audio
 
         self.audio = audio
 
@@ -75,7 +75,7 @@ def check_output(out: object, max_seconds: float | None = None) -> None:
 def main(argv: list[str]) -> int:
     import atheris
 
-    with atheris.instrument_imports(include=["xattn.model.audio"]):
+    with atheris.instrument_imports(include=["xattn.model.audio.features"]):
         decoder = Decoder()
 
     def test_one_input(data: bytes) -> None:

@@ -3,32 +3,35 @@
 The window's cross-attention K/V are already in its KVCache, so the only extra work is one
 teacher-forced decoder pass over `[sot sequence, <|notimestamps|>, text tokens, <|endoftext|>]`
 returning the alignment heads' scores; the math (median filter, DTW, word split, clamps) lives
-in `xattn.model.alignment` as pure functions.
+in `xattn.model.transcribe.alignment` as pure functions.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
-from xattn.model.alignment import (
-    APPEND_PUNCTUATIONS,
-    PREPEND_PUNCTUATIONS,
+from xattn.model.decode.results import TokenTiming, WordTiming
+from xattn.model.decode.tokenizer import APPEND_PUNCTUATIONS, PREPEND_PUNCTUATIONS, Tokenizer
+from xattn.model.net.kv_cache import KVCache
+from xattn.model.net.whisper import Whisper
+from xattn.model.transcribe.alignment import (
     SegmentTokens,
     add_word_timestamps,
     find_alignment,
     token_probabilities,
 )
-from xattn.model.kv_cache import KVCache
-from xattn.model.results import TokenTiming, WordTiming
-from xattn.model.tokenizer import Tokenizer
-from xattn.model.whisper import Whisper
 
-if TYPE_CHECKING:
-    from xattn.model.transcribe import Piece
+
+@dataclass(frozen=True)
+class Piece:
+    """A timestamp-delimited piece of a window: a segment before text and words are added."""
+
+    start: float  # seconds, whole-file clock
+    end: float
+    tokens: tuple[int, ...]
 
 
 class WordAligner:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from xattn.model.decoding import DecodeOptions, OptionsError
+from xattn.model.decode.decoding import DecodeOptions, OptionsError
 
 MAX_SECONDS = 30.0  # a window
 

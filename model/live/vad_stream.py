@@ -1,6 +1,6 @@
 """Voice activity on a live stream: Silero chunk by chunk, speech begins and ends as events.
 
-The same network and hysteresis as `xattn.model.vad.speech_spans` (a chunk at or above
+The same network and hysteresis as `xattn.model.audio.vad.speech_spans` (a chunk at or above
 `threshold` starts speech; speech ends after `min_silence_duration_ms` of chunks below
 `neg_threshold`), run as the audio arrives: the LSTM state and the 64 samples of context carry
 from one feed to the next, so the probabilities equal those of the whole stream at once.
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from xattn.model.vad import CHUNK, CONTEXT, SAMPLE_RATE, VadOptions, load_vad
+from xattn.model.audio.vad import CHUNK, CONTEXT, SAMPLE_RATE, VadOptions, load_vad
 
 BEGIN, END, END_OF_UTTERANCE = "begin", "end", "end_of_utterance"
 LIVE_VAD = VadOptions()  # faster-whisper's: 2 s of silence end speech (a pause does not)

@@ -19,7 +19,7 @@ import torch
 class CrossKV:
     """Cross-attention keys and values of one window, per decoder layer."""
 
-    # both with frames contiguous (xattn.model.whisper.CrossAttention.project_kv)
+    # both with frames contiguous (xattn.model.net.whisper.CrossAttention.project_kv)
     k: list[torch.Tensor]  # n_layer × [batch, n_head, d_head, n_audio_ctx]
     v: list[torch.Tensor]  # n_layer × [batch, n_head, n_audio_ctx, d_head], a transposed view
 
@@ -144,7 +144,7 @@ class KVCache:
 
 class CacheBatch:
     """The caches of several decodes stepped together, one new token per row
-    (xattn.model.batching): the decoder runs its linear layers once over the batch and each
+    (decode.step_batcher): the decoder runs its linear layers once over the batch and each
     one's attention over its own cache, since their lengths and their windows differ. A cache
     may hold several rows (a beam search's beams): consecutive rows of the batch (`slices`)."""
 

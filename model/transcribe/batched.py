@@ -28,12 +28,11 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
-from xattn.model.audio import N_FRAMES, N_SAMPLES, log_mel_spectrogram, pad_or_trim
-from xattn.model.batching import CallerThread, StepBatcher, model_work
-from xattn.model.decoding import DecodeOptions, detect_language
-from xattn.model.kv_cache import CrossKV, KVCache
-from xattn.model.prompts import window_tokens
-from xattn.model.results import (
+from xattn.model.audio.features import N_FRAMES, N_SAMPLES, log_mel_spectrogram, pad_or_trim
+from xattn.model.audio.vad import SAMPLE_RATE, SpeechMap, SpeechSpan, group_spans, join_speech
+from xattn.model.decode.decoding import DecodeOptions, detect_language
+from xattn.model.decode.prompts import window_tokens
+from xattn.model.decode.results import (
     Segment,
     TimeSpan,
     TokenEvent,
@@ -41,15 +40,16 @@ from xattn.model.results import (
     WindowDiscarded,
     WindowStart,
 )
-from xattn.model.transcribe import (
+from xattn.model.decode.step_batcher import CallerThread, StepBatcher, model_work
+from xattn.model.net.kv_cache import CrossKV, KVCache
+from xattn.model.transcribe.sequential import (
     INPUT_STRIDE,
     Context,
     decode_with_fallback,
     rules_for,
     split_segments,
 )
-from xattn.model.vad import SAMPLE_RATE, SpeechMap, SpeechSpan, group_spans, join_speech
-from xattn.model.vad_filter import frame_clock, map_segment
+from xattn.model.transcribe.vad_filter import frame_clock, map_segment
 
 WINDOW = N_SAMPLES  # samples in a 30 s window
 

@@ -15,10 +15,9 @@ from functools import cache
 import numpy as np
 import torch
 
-from xattn.model.results import FRAMES_PER_SECOND, WordTiming
+from xattn.model.decode.results import FRAMES_PER_SECOND, WordTiming
+from xattn.model.decode.tokenizer import APPEND_PUNCTUATIONS, PREPEND_PUNCTUATIONS
 
-PREPEND_PUNCTUATIONS = "\"'“¿([{-"  # merged into the following word
-APPEND_PUNCTUATIONS = "\"'.。,，!！?？:：”)]}、"  # merged into the preceding word
 SENTENCE_END_MARKS = ".。!！?？"
 UNICODE_SPLIT_LANGUAGES = frozenset({"zh", "ja", "th", "lo", "my", "yue"})
 _REPLACEMENT_CHAR = "\ufffd"

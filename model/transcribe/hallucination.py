@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from xattn.model.results import WordTiming
+from xattn.model.decode.results import WordTiming
 
 FRAMES_PER_SECOND = 100  # mel frames
 WINDOW_FRAMES = 3000  # mel frames in a 30 s window

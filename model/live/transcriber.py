@@ -21,7 +21,7 @@ The policy (AlignAtt with local agreement), run each time `feed` brings new audi
    the committed text moves into the prompt.
 `finish` decodes what is left and commits everything. Finals are never revised.
 
-With `vad` (xattn.model.live_vad), Silero runs on every feed first: while nobody speaks no
+With `vad` (xattn.model.live.vad_stream), Silero runs on every feed first: while nobody speaks no
 decode runs (the silent buffer is not re-encoded; it slides to keep PRE_ROLL seconds), speech
 beginning and ending come out as SpeechEvents before the feed's results, and the end of speech
 commits the utterance at once (a `finish` of the buffer); with `single_utterance` the stream is
@@ -37,13 +37,19 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from xattn.model.alignment import find_alignment, token_probabilities
-from xattn.model.audio import N_FRAMES, N_SAMPLES, SAMPLE_RATE, log_mel_spectrogram, pad_or_trim
-from xattn.model.decoding import DecodeOptions, LogitRules, decode_window, detect_language
-from xattn.model.live_vad import BEGIN, END, END_OF_UTTERANCE, SpeechEvent, StreamingVad
-from xattn.model.results import FRAMES_PER_SECOND, WordTiming
-from xattn.model.transcribe import Context
-from xattn.model.vad import VadOptions
+from xattn.model.audio.features import (
+    N_FRAMES,
+    N_SAMPLES,
+    SAMPLE_RATE,
+    log_mel_spectrogram,
+    pad_or_trim,
+)
+from xattn.model.audio.vad import VadOptions
+from xattn.model.decode.decoding import DecodeOptions, LogitRules, decode_window, detect_language
+from xattn.model.decode.results import FRAMES_PER_SECOND, WordTiming
+from xattn.model.live.vad_stream import BEGIN, END, END_OF_UTTERANCE, SpeechEvent, StreamingVad
+from xattn.model.transcribe.alignment import find_alignment, token_probabilities
+from xattn.model.transcribe.sequential import Context
 
 PRE_ROLL = 1.0  # seconds of silence kept before speech when the buffer slides over silence
 
@@ -56,7 +62,7 @@ class LiveOptions:
     min_step: float = 0.3  # seconds of new audio before decoding again
     max_buffer: float = 25.0  # seconds: slide the buffer before the 30 s window fills
     return_attention: bool = True
-    vad: VadOptions | None = None  # skip decodes while nobody speaks (xattn.model.live_vad)
+    vad: VadOptions | None = None  # skip decodes while nobody speaks (xattn.model.live.vad_stream)
     single_utterance: bool = False  # with vad: over after the first speech ends
 
 

@@ -24,8 +24,7 @@ from functools import cached_property
 import numpy as np
 import torch
 
-from xattn.model.batching import StepBatcher, model_work
-from xattn.model.decoding import (
+from xattn.model.decode.decoding import (
     DecodeOptions,
     LogitRules,
     OptionsError,
@@ -34,10 +33,11 @@ from xattn.model.decoding import (
     compression_ratio,
     decode_window,
 )
-from xattn.model.kv_cache import KVCache
-from xattn.model.logits import top_k
-from xattn.model.tokenizer import Tokenizer
-from xattn.model.whisper import Whisper
+from xattn.model.decode.step_batcher import StepBatcher, model_work
+from xattn.model.decode.tokenizer import Tokenizer
+from xattn.model.net.kv_cache import KVCache
+from xattn.model.net.logits import top_k
+from xattn.model.net.whisper import Whisper
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Audio files to mono samples at their own rate, checked and bounded: libsndfile for
 WAV/FLAC/OGG/AIFF, which is exact for 16/24-bit PCM, PyAV (FFmpeg) for everything else (MP3,
 M4A, ...); channels averaged. Without torch: the server decodes untrusted files in worker
-processes of this module's size (xattn.service.decoders); xattn.model.audio resamples.
+processes of this module's size (xattn.service.decoders); xattn.model.audio.features resamples.
 """
 
 from __future__ import annotations
@@ -220,7 +220,7 @@ def decode_native(
     source: bytes | str | os.PathLike[str], *, max_seconds: float | None = None
 ) -> tuple[np.ndarray, int]:
     """An audio file (path or its bytes) as mono float32 samples at its own rate, and the rate
-    (xattn.model.audio.decode_audio's limits and errors, before resampling)."""
+    (xattn.model.audio.features.decode_audio's limits and errors, before resampling)."""
     if isinstance(source, bytes | bytearray | memoryview):
         data = bytes(source)
         head, opener = data[:4096], partial(io.BytesIO, data)

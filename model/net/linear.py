@@ -7,7 +7,7 @@
 - 2 rows or more otherwise (`onednn_linear`): oneDNN's kernel, over a copy of W in its blocked
   layout (`blocked`, made by `TextDecoder.pack` for batched steps) or over W as stored. MKL's
   fp32 product for a few rows runs at a third of the matmul ceiling or less here.
-- Any rows, where the C++ extension is built (`packed_linear`, xattn.model.fused): our own
+- Any rows, where the C++ extension is built (`packed_linear`, xattn.model.net.fused): our own
   kernel over a copy of W in column blocks (`packed`), which reads W once for up to 8 rows
   at about memory speed (a beam's 5 rows of tiny.en's projection: ~2.0 ms against ~2.2 with
   oneDNN's kernel and ~3.2 with MKL's, in a loop; 2.3 against 3.4 in a real beam step).
@@ -32,6 +32,9 @@ from functools import cache, partial
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from xattn.model.net import fused
+from xattn.model.net.fused import SPLIT, SPLIT_ROWS
 
 
 def column_major(rows: int, cols: int) -> nn.Parameter:
@@ -72,10 +75,6 @@ def _has_onednn() -> bool:
     ops = torch.ops.mkldnn
     has = all(hasattr(ops, op) for op in ("_reorder_linear_weight", "_linear_pointwise"))
     return torch.backends.mkldnn.is_available() and has
-
-
-SPLIT = 8  # row blocks of a weight that split_linear reads
-SPLIT_ROWS = 4  # up to this many rows split_linear beats oneDNN's packed kernel (2 threads)
 
 
 def split_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor | None:
@@ -141,10 +140,8 @@ def packed_linear(
     return None if ext is None else ext.packed_linear(x, weight, bias, n_out)
 
 
-def _extension():  # noqa: ANN202 - the built module, or None (xattn.model.fused)
-    from xattn.model import fused  # fused imports this module
-
-    return fused.extension()
+def _extension():  # noqa: ANN202 - the built module, or None (xattn.model.net.fused)
+    return fused.extension()  # looked up each call: tests replace it
 
 
 def step_copies(maps: Sequence[Linear], projection: Tensor) -> tuple[Tensor | None, ...]:

@@ -39,8 +39,8 @@ from typing import TypeVar
 import torch
 from torch import Tensor
 
-from xattn.model.kv_cache import CacheBatch, KVCache
-from xattn.model.whisper import Whisper
+from xattn.model.net.kv_cache import CacheBatch, KVCache
+from xattn.model.net.whisper import Whisper
 
 T = TypeVar("T")
 
@@ -93,7 +93,7 @@ def _cross_position(step: _Step) -> tuple[int, int]:
 class CallerThread(Executor):
     """The thread that makes it, as a batcher's model thread: work submitted to it waits in a
     queue until this thread `serve`s it. A library call that batches its own decodes
-    (xattn.model.batched) runs its torch work on the caller's thread this way, as the
+    (xattn.model.transcribe.batched) runs its torch work on the caller's thread this way, as the
     sequential path does: a model thread of its own would bring a second OpenMP team onto the
     cores that the caller's (from loading the model) holds, and with two teams libgomp stops
     spinning between parallel regions (a step of 8 windows: 26 ms instead of 16)."""

@@ -58,7 +58,7 @@ class TokenEvent:
     # from the same forward pass that chose the token; None when not asked.
     attention: np.ndarray | None = field(default=None, repr=False, compare=False)
     # a beam search sent it while still searching: every candidate that could still win
-    # shares it (xattn.model.beams); False for greedy and sampled tokens, sent as chosen
+    # shares it (xattn.model.decode.beams); False for greedy and sampled tokens, sent as chosen
     early: bool = False
 
 

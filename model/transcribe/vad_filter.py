@@ -15,8 +15,9 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from xattn.model.decoding import DecodeOptions, OptionsError
-from xattn.model.results import (
+from xattn.model.audio.vad import SAMPLE_RATE, SpeechMap, SpeechSpan, detect_speech, join_speech
+from xattn.model.decode.decoding import DecodeOptions, OptionsError
+from xattn.model.decode.results import (
     FrameSpan,
     Segment,
     TimeSpan,
@@ -24,7 +25,6 @@ from xattn.model.results import (
     Transcript,
     WindowStart,
 )
-from xattn.model.vad import SAMPLE_RATE, SpeechMap, SpeechSpan, detect_speech, join_speech
 
 FRAME_SECONDS = 0.02  # an encoder frame
 MAX_BATCH = 64  # windows decoded together by batch_size

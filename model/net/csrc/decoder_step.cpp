@@ -1,10 +1,10 @@
 // One cached decoder step (one new token in each row) over every layer, as
-// xattn/model/whisper.py's TextDecoder computes it: the same ATen ops in the same order, so the
+// xattn/model/net/whisper.py's TextDecoder computes it: the same ATen ops in the same order, so the
 // numbers are bitwise the Python path's, without its per-op Python and module calls (~0.7 ms
 // of a tiny.en step on 2 cores). The rows are those of one or more caches, as a KVCache or a
 // CacheBatch holds them. The layer maps take the plain product (at::linear), split_linear's
-// (xattn/model/linear.py) or the packed one below, as the CPU's StepKernels say; a step whose
-// maps take oneDNN's kernel stays on the Python path (xattn/model/fused.py decides).
+// (xattn/model/net/linear.py) or the packed one below, as the CPU's StepKernels say; a step whose
+// maps take oneDNN's kernel stays on the Python path (xattn/model/net/fused.py decides).
 #include <ATen/Parallel.h>
 #include <torch/extension.h>
 
@@ -138,7 +138,7 @@ Tensor packed_linear(const Tensor& input, const Tensor& packed, const c10::optio
   return y;
 }
 
-// The product a step's layer maps take (StepKernels, xattn/model/linear.py): the plain one
+// The product a step's layer maps take (StepKernels, xattn/model/net/linear.py): the plain one
 // (at::linear), split_linear's (into `blocks` row blocks of W, SPLIT, for up to `max_rows`
 // rows, SPLIT_ROWS; Python passes its constants) or the packed one (over `packed` copies).
 enum class Product { plain = 0, split = 1, packed = 2 };

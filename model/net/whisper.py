@@ -12,7 +12,7 @@ Compute (`Whisper.set_compute`): "fp32" computes as openai-whisper does; "bf16-e
 the encoder under bf16 autocast (its matmuls and convolutions; ~2.7x faster on a CPU with
 AVX-512 BF16) and hands the decoder fp32 features, so the decoder and its attention rows are
 computed exactly as in fp32; "int8-logits" reads the output projection of greedy steps in
-int8 and rescores the deciding logits in fp32 (xattn.model.logits); "bf16-encoder+int8-logits" both.
+int8 and rescores the deciding logits in fp32 (net.logits); "bf16-encoder+int8-logits" both.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from xattn.model import fused
-from xattn.model.dims import ModelDims
-from xattn.model.kv_cache import CacheBatch, CrossKV, KVCache, joined_rows
-from xattn.model.linear import (
+from xattn.model.net import fused
+from xattn.model.net.dims import ModelDims
+from xattn.model.net.kv_cache import CacheBatch, CrossKV, KVCache, joined_rows
+from xattn.model.net.linear import (
     Linear,
     StepKernels,
     choose_kernels,
@@ -35,7 +35,7 @@ from xattn.model.linear import (
     logits,
     step_copies,
 )
-from xattn.model.logits import Int8Logits
+from xattn.model.net.logits import Int8Logits
 
 # compute -> (the encoder's autocast dtype, int8 output projection for greedy steps)
 COMPUTES = {
@@ -247,7 +247,7 @@ class TextDecoder(nn.Module):
 
     def pack(self) -> None:
         """Copies of the weights that a step of several rows reads (a batched step,
-        xattn.model.batching; a beam search's) in the layouts of its kernels (`step_copies`:
+        decode.step_batcher; a beam search's) in the layouts of its kernels (`step_copies`:
         +113 MB for tiny.en, ~75 ms, once); they follow no later .to()."""
         if self._copies:
             return
@@ -257,7 +257,7 @@ class TextDecoder(nn.Module):
         self._copies = True  # last: a thread that packs meanwhile packs the same copies
 
     def choose_kernels(self) -> StepKernels:
-        """Time the step products on this CPU (xattn.model.linear.choose_kernels) and give
+        """Time the step products on this CPU (xattn.model.net.linear.choose_kernels) and give
         every layer map the fastest for its rows."""
         maps = [m for m in self.modules() if isinstance(m, Linear)]
         kernels = choose_kernels(maps)
@@ -302,7 +302,7 @@ class TextDecoder(nn.Module):
 
     def project(self, h: Tensor) -> Tensor:
         """Logits [B, T, n_vocab] of states h [B, T, d] before the final LayerNorm
-        (`xattn.model.linear.logits`, on a CPU over the copy `pack` made for several rows)."""
+        (`xattn.model.net.linear.logits`, on a CPU over the copy `pack` made for several rows)."""
         x = self.ln(h)  # [B, T, d]
         w = self.token_embedding.weight  # [n_vocab, d], column-major
         return logits(x, w, self._blocked, self._packed_projection).float()

@@ -19,12 +19,11 @@ from functools import partial
 import numpy as np
 import torch
 
-from xattn.model.alignment import APPEND_PUNCTUATIONS, PREPEND_PUNCTUATIONS
-from xattn.model.batching import StepBatcher, model_work
-from xattn.model.kv_cache import KVCache
-from xattn.model.tokenizer import Tokenizer
-from xattn.model.vad import VadOptions
-from xattn.model.whisper import Whisper
+from xattn.model.audio.vad import VadOptions
+from xattn.model.decode.step_batcher import StepBatcher, model_work
+from xattn.model.decode.tokenizer import APPEND_PUNCTUATIONS, PREPEND_PUNCTUATIONS, Tokenizer
+from xattn.model.net.kv_cache import KVCache
+from xattn.model.net.whisper import Whisper
 
 DEFAULT_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 TASKS = ("transcribe", "translate")
@@ -51,13 +50,13 @@ class DecodeOptions:
     sample_len: int | None = None  # tokens per window; None: n_text_ctx // 2
     use_cache: bool = True  # False recomputes the whole prefix every step (for tests)
     seed: int = 0  # for sampling at temperature > 0
-    # search (xattn.model.beams), as openai-whisper's DecodingOptions; the library default is
+    # search (xattn.model.decode.beams), as openai-whisper's DecodingOptions; the library default is
     # greedy as there, the service's and the CLI's beam 5 with best-of 5 (the whisper CLI's)
     beam_size: int = 1  # beams at temperature 0 (1: greedy)
     best_of: int = 1  # samples at temperature > 0, the most likely one kept
     patience: float | None = None  # beam search ends after round(beam_size·patience) finished
     length_penalty: float | None = None  # ranking: logprob / length (None) or / ((5+n)/6)**α
-    # openai-whisper's DecodingOptions / transcribe(), faster-whisper's (xattn.model.prompts)
+    # openai-whisper's DecodingOptions / transcribe(), faster-whisper's (xattn.model.decode.prompts)
     prefix: str | None = None  # the first window's text starts with it (not in the output)
     hotwords: str | None = None  # faster-whisper's hint phrases, before each window's prompt
     suppress_tokens: tuple[int, ...] = (-1,)  # ids never sampled; -1: the checkpoint's list
@@ -67,11 +66,11 @@ class DecodeOptions:
     clip_timestamps: tuple[float, ...] = ()  # start, end, start, ...: the spans to transcribe
     prepend_punctuations: str = PREPEND_PUNCTUATIONS  # joined to the next word
     append_punctuations: str = APPEND_PUNCTUATIONS  # joined to the previous word
-    # voice activity detection (xattn.model.vad, faster-whisper's vad_filter): only the speech
+    # voice activity detection (xattn.model.audio.vad, faster-whisper's vad_filter): only the speech
     # is decoded, every time mapped back to the file's clock; vad_options None: the defaults
     vad_filter: bool = False
     vad_options: VadOptions | None = None
-    batch_size: int | None = None  # batched long-form (xattn.model.batched); None: sequential
+    batch_size: int | None = None  # batched long-form (transcribe.batched); None: sequential
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The cached decoder step in C++ (model/csrc/decoder_step.cpp), built once per machine.
+"""The cached decoder step in C++ (model/net/csrc/decoder_step.cpp), built once per machine.
 
 A decoder step of one row is bound by its weights' memory traffic, yet about a third of its
 layers' time on a CPU went to Python: about 100 torch calls a step, each through the module and
@@ -10,13 +10,13 @@ CacheBatch (several decodes stepped together: batched long-form windows, the ser
 requests), fp32 on a CPU, inference, the layer maps on the plain, the split or the packed
 product (`StepKernels`; oneDNN's kernel is not ported). Anything else runs the Python step.
 
-It is built by `make install` (`python -m xattn.model.fused`, ~20 s) with torch's
+It is built by `make install` (`python -m xattn.model.net.fused`, ~20 s) with torch's
 cpp_extension (a C++ compiler and ninja) into XATTN_EXTENSIONS (default
 ~/.cache/xattn/extensions); a process loads the build it finds there. Without a build (no
 compiler, a fresh image) the Python step runs, with the same results (up to float rounding
 where the packed product would have run). XATTN_FUSED=0 turns it off.
 
-It also holds the packed product (`packed_linear`, xattn.model.linear: our own kernel for a
+It also holds the packed product (`packed_linear`, xattn.model.net.linear: our own kernel for a
 few rows, which reads a weight once for all of them), which the layer maps and the projection
 take where `choose_kernels` measured it best.
 """
@@ -35,8 +35,7 @@ from types import ModuleType
 import torch
 from torch import Tensor, nn
 
-from xattn.model.kv_cache import CacheBatch, KVCache
-from xattn.model.linear import SPLIT, SPLIT_ROWS
+from xattn.model.net.kv_cache import CacheBatch, KVCache
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +44,9 @@ NAME = "xattn_decoder_step"
 # OpenMP: packed_linear's at::parallel_for runs on its threads (compiled and linked with it)
 FLAGS, LDFLAGS = ["-O2", "-fopenmp"], ["-fopenmp"]
 PRODUCTS = ("plain", "split", "packed")  # the layer maps' products it runs (StepKernels)
+# split_linear's blocks (xattn.model.net.linear), which the C++ step's split product shares:
+SPLIT = 8  # row blocks of a weight that split_linear reads
+SPLIT_ROWS = 4  # up to this many rows split_linear beats oneDNN's packed kernel (2 threads)
 
 
 def build_directory() -> Path:
@@ -164,7 +166,7 @@ def weights(decoder: nn.Module) -> list[Tensor]:
 
 
 def main() -> None:
-    """`python -m xattn.model.fused`: build the extension (make install runs it)."""
+    """`python -m xattn.model.net.fused`: build the extension (make install runs it)."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if shutil.which("ninja") is None or shutil.which("c++") is None:
         log.warning(

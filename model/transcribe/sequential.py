@@ -17,8 +17,7 @@ from functools import partial
 import numpy as np
 import torch
 
-from xattn.model.alignment import online_token_time
-from xattn.model.audio import (
+from xattn.model.audio.features import (
     HOP_LENGTH,
     N_FRAMES,
     N_SAMPLES,
@@ -26,22 +25,23 @@ from xattn.model.audio import (
     log_mel_spectrogram,
     pad_or_trim,
 )
-from xattn.model.batching import StepBatcher, model_work
-from xattn.model.beams import window_decoder
-from xattn.model.decoding import (
+from xattn.model.decode.beams import window_decoder
+from xattn.model.decode.decoding import (
     DecodeOptions,
     LogitRules,
     WindowResult,
     detect_language,
 )
-from xattn.model.hallucination import last_end as hallucination_last_end
-from xattn.model.hallucination import skip_silence
-from xattn.model.kv_cache import KVCache
-from xattn.model.prompts import seek_clips, suppressed_ids, window_tokens
-from xattn.model.results import Segment, TokenEvent, Transcript, WindowDiscarded, WindowStart
-from xattn.model.tokenizer import TIME_PRECISION, Tokenizer
-from xattn.model.whisper import Whisper
-from xattn.model.words import WordAligner
+from xattn.model.decode.prompts import seek_clips, suppressed_ids, window_tokens
+from xattn.model.decode.results import Segment, TokenEvent, Transcript, WindowDiscarded, WindowStart
+from xattn.model.decode.step_batcher import StepBatcher, model_work
+from xattn.model.decode.tokenizer import TIME_PRECISION, Tokenizer
+from xattn.model.net.kv_cache import KVCache
+from xattn.model.net.whisper import Whisper
+from xattn.model.transcribe.alignment import online_token_time
+from xattn.model.transcribe.hallucination import last_end as hallucination_last_end
+from xattn.model.transcribe.hallucination import skip_silence
+from xattn.model.transcribe.words import Piece, WordAligner
 
 log = logging.getLogger(__name__)
 Event = WindowStart | TokenEvent | WindowDiscarded | Segment | Transcript
@@ -99,15 +99,6 @@ def rules_for(ctx: Context, options: DecodeOptions) -> Callable[..., LogitRules]
     )
 
 
-@dataclass(frozen=True)
-class Piece:
-    """A timestamp-delimited piece of a window: a segment before text and words are added."""
-
-    start: float  # seconds, whole-file clock
-    end: float
-    tokens: tuple[int, ...]
-
-
 def split_segments(
     tokens: list[int], ts_begin: int, time_offset: float, segment_size: int
 ) -> tuple[list[Piece], int, bool]:
@@ -152,7 +143,7 @@ def decode_with_fallback(
     generator: torch.Generator | None = None,
 ) -> Generator[TokenEvent | WindowDiscarded, None, tuple[WindowResult, int]]:
     """Decode a window at each temperature until one attempt passes the thresholds: beam
-    search at 0, best-of sampling above (xattn.model.beams.window_decoder), drawing from
+    search at 0, best-of sampling above (xattn.model.decode.beams.window_decoder), drawing from
     `generator` (one per transcription; None: options.seed's)."""
     tok = ctx.tokenizer
     heads = np.array(ctx.aligner.heads if ctx.aligner else [])  # [n_heads, 2]
@@ -196,7 +187,7 @@ def transcribe(ctx: Context, audio: np.ndarray, options: DecodeOptions) -> Itera
     run = model_work(ctx.batcher)
     dtype = next(model.parameters()).dtype
     # on the model thread too, with a batcher: torch work from other threads brings its own
-    # OpenMP team onto the same cores (xattn.model.batching)
+    # OpenMP team onto the same cores (xattn.model.decode.step_batcher)
     mel = run(log_mel_spectrogram, audio, model.dims.n_mels, N_SAMPLES, device)
     content_frames = mel.shape[-1] - N_FRAMES  # [n_mels, content + 3000]
     duration = content_frames * HOP_LENGTH / SAMPLE_RATE

@@ -17,6 +17,10 @@ TIME_PRECISION = 0.02  # seconds per timestamp token
 N_TIMESTAMPS = 1501
 # languages openai-whisper added after the first 99, in token order (large-v3: n_vocab 51866)
 LATER_LANGUAGES = ("yue",)
+# openai-whisper's defaults of the punctuation that word timestamps join to a neighbour word
+# (DecodeOptions.prepend_punctuations / append_punctuations; transcribe.alignment merges them)
+PREPEND_PUNCTUATIONS = "\"'“¿([{-"  # merged into the following word
+APPEND_PUNCTUATIONS = "\"'.。,，!！?？:：”)]}、"  # merged into the preceding word
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Audio front-end: decode files or raw PCM to 16 kHz mono float32, and compute the
 log-Mel spectrogram that Whisper's encoder reads.
 
-Decoding: xattn.model.containers (libsndfile for WAV/FLAC/OGG/AIFF, exact for 16/24-bit PCM;
+Decoding: xattn.model.audio.containers (libsndfile for WAV/FLAC/OGG/AIFF, exact for 16/24-bit PCM;
 PyAV, FFmpeg, for everything else), to mono at the file's own rate; resampled here.
 
 Resampling: ``torchaudio.functional.resample`` (windowed sinc, Hann, 6 zero crossings), chosen
@@ -30,7 +30,7 @@ except OSError as e:  # its C library, built for another torch than the one inst
         "torchaudio release built for this torch (https://pytorch.org/audio/main/installation)"
     ) from e
 
-from xattn.model.containers import (  # noqa: F401 (re-exported: the audio API is here)
+from xattn.model.audio.containers import (  # noqa: F401 (re-exported: the audio API is here)
     BUDGET_VALUES_PER_SECOND,
     DEMUXERS,
     MAX_CHANNELS,
