@@ -76,6 +76,17 @@ class Pipeline:
     def languages(self) -> tuple[str, ...]:
         return self.tokenizer.languages
 
+    def summary(self) -> str:
+        """The weights' memory and the model's shape, for a start-up log (one line)."""
+        tensors = [*self.model.parameters(), *self.model.buffers()]
+        mib = sum(t.numel() * t.element_size() for t in tensors) / 2**20
+        d = self.dims
+        return (
+            f"{mib:.0f} MiB of weights ({self.checkpoint_format}, stored "
+            f"{self.checkpoint_dtype}, run {self.compute}); {d.n_audio_layer}+{d.n_text_layer} "
+            f"layers, width {d.n_audio_state}, {d.n_mels} mel bins, vocabulary {d.n_vocab}"
+        )
+
     def validate(self, options: DecodeOptions) -> None:
         """Raise OptionsError, naming the problem, for options this model cannot honour."""
         if options.language is not None and options.language not in self.languages:

@@ -288,7 +288,7 @@ class Engine:
         pipe = await in_passing_thread(loader)
         if pipe.name in self._pipelines:
             raise ValueError(f"two models are named {pipe.name!r}: rename one's directory")
-        log.info("model %s: %s", pipe.name, weights_summary(pipe))
+        log.info("model %s: %s", pipe.name, pipe.summary())
         if warm_up:
             seconds = await in_passing_thread(pipe.warm_up)
             log.info("warmed up %s in %.2f s", pipe.name, seconds)
@@ -437,15 +437,3 @@ class Engine:
         if self.decoders is not None:
             await asyncio.to_thread(self.decoders.close)
 
-
-def weights_summary(pipe: Pipeline) -> str:
-    """Memory of a model's weights, for the start-up log (one line per model)."""
-    model = pipe.model
-    tensors = [*model.parameters(), *model.buffers()]
-    mib = sum(t.numel() * t.element_size() for t in tensors) / 2**20
-    d = pipe.dims
-    return (
-        f"{mib:.0f} MiB of weights ({pipe.checkpoint_format}, stored {pipe.checkpoint_dtype}, "
-        f"run {pipe.compute}); {d.n_audio_layer}+{d.n_text_layer} layers, width "
-        f"{d.n_audio_state}, {d.n_mels} mel bins, vocabulary {d.n_vocab}"
-    )
