@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from xattn.model.audio import SAMPLE_RATE, check_audio
-from xattn.model.batched import transcribe_batched
+from xattn.model.batched import chunk_vad, transcribe_batched
 from xattn.model.batching import StepBatcher, model_work
 from xattn.model.beams import check_search_options
 from xattn.model.checkpoints import Checkpoint, load_checkpoint
@@ -109,9 +109,8 @@ class Pipeline:
         spans = None
         if options.vad_filter:  # the speech only, times mapped back (xattn.model.vad_filter)
             vad = options.vad_options or VadOptions()
-            if options.batch_size is not None:  # spans that fit a window, as faster-whisper's
-                longest = min(vad.max_speech_duration_s, 30.0)
-                vad = dataclasses.replace(vad, max_speech_duration_s=longest)
+            if options.batch_size is not None:  # spans cut at every pause (batched.chunk_vad)
+                vad = chunk_vad(options.vad_options)
             spans = model_work(self.context.batcher)(detect_speech, audio, vad)
             if options.batch_size is None:
                 yield from speech_events(self.transcribe, audio, options, spans)
