@@ -1,19 +1,25 @@
-"""Batched long-form (`batch_size`): independent windows decoded together, as faster-whisper's
-BatchedInferencePipeline.
+"""Batched long-form (`batch_size`): chunks of the audio decoded side by side, each exactly as
+the sequential transcription of that chunk alone; their steps batched.
 
-The audio is cut into windows of at most 30 s: with vad_filter the speech spans joined into
-groups (faster-whisper's collect_chunks with max_duration 30), without it consecutive 30 s
-windows. Windows are independent (no prompt from the previous one). N of them decode at once,
-each on a thread of its own (`decode_with_fallback`), and the `StepBatcher` (the pipeline's,
-or one made for the call, whose batches then run on the caller's thread) runs their cached
-steps as one batched decoder forward per step; a window that ends makes room for the next at
-once, so that the batch stays full. A window is encoded when its thread starts it (on a GPU
-N at a time, sharing one K/V tensor that they attend over as one). Tokens are yielded the
-moment they are chosen, tagged with their window (and renumbered in the order they leave);
-segments and words (from each window's own cross-attention K/V) come out in time order once
-the windows before them are done.
+The audio is cut into chunks (docs/how-it-works.md, "Batched long-form"): with vad_filter the
+speech spans joined into groups of at most 30 s of speech (a longer span alone), cut only
+between spans, so at a pause; without it, windows of at most 30 s cut at the quietest 20 ms
+of their last 5 s. A chunk is its spans' audio joined back to back, transcribed as
+`transcribe` transcribes a file (xattn.model.transcribe.sequential): window after window, the next
+one starting at the last complete segment's end timestamp, so that speech after it (a segment
+the window cut short, words past the 30 s) is decoded again in a window of its own; the
+previous windows' text as its prompt; the no-speech and fallback rules as there. Chunks are
+independent (no prompt from the one before). N of them decode at once, each on a thread of
+its own, and the `StepBatcher` (the pipeline's, or one made for the call, whose batches then
+run on the caller's thread) runs their cached steps as one batched decoder forward per step;
+a chunk that ends makes room for the next at once, so that the batch stays full. On a GPU the
+first windows of N chunks are encoded together, sharing one K/V tensor that they attend over
+as one. Tokens are yielded the moment they are chosen, tagged with their window (a chunk's
+k-th window is numbered chunk + k x chunks: the first windows 0..chunks-1, in time order) and
+renumbered in the order they leave; segments and words (from each window's own
+cross-attention K/V) come out in time order once the chunks before them are done.
 
-A window decoded in a batch gives the same tokens as decoded alone (`batch_size=1`): the batch
+A chunk decoded in a batch gives the same tokens as `transcribe` of its audio alone: the batch
 changes only float rounding (tests/test_batched.py).
 """
 
@@ -29,9 +35,15 @@ import numpy as np
 import torch
 
 from xattn.model.audio.features import N_FRAMES, N_SAMPLES, log_mel_spectrogram, pad_or_trim
-from xattn.model.audio.vad import SAMPLE_RATE, SpeechMap, SpeechSpan, group_spans, join_speech
+from xattn.model.audio.vad import (
+    SAMPLE_RATE,
+    SpeechMap,
+    SpeechSpan,
+    VadOptions,
+    group_spans,
+    join_speech,
+)
 from xattn.model.decode.decoding import DecodeOptions, detect_language
-from xattn.model.decode.prompts import window_tokens
 from xattn.model.decode.results import (
     Segment,
     TimeSpan,
@@ -42,31 +54,53 @@ from xattn.model.decode.results import (
 )
 from xattn.model.decode.step_batcher import CallerThread, StepBatcher, model_work
 from xattn.model.net.kv_cache import CrossKV, KVCache
-from xattn.model.transcribe.sequential import (
-    INPUT_STRIDE,
-    Context,
-    decode_with_fallback,
-    rules_for,
-    split_segments,
-)
+from xattn.model.transcribe.sequential import Context, transcribe
 from xattn.model.transcribe.vad_filter import frame_clock, map_segment
 
 WINDOW = N_SAMPLES  # samples in a 30 s window
+QUIET_SEARCH = 5 * SAMPLE_RATE  # without VAD: a cut is sought in a window's last 5 s
+QUIET_FRAME = 320  # samples: 20 ms, the loudness measured over each
+
+
+# vad_filter's spans for chunks: every pause of 160 ms or more ends one (a chunk may be cut
+# there), no span split inside speech (a span over 30 s is a chunk of its own, decoded window
+# after window)
+CHUNK_VAD = VadOptions(min_silence_duration_ms=160)
+
+
+def chunk_vad(options: VadOptions | None) -> VadOptions:
+    """The VAD options of batched long-form: the caller's as given, else CHUNK_VAD."""
+    return CHUNK_VAD if options is None else options
 
 
 @dataclasses.dataclass(frozen=True)
 class Piece:
-    """One window of the batched pipeline: its spans of the original audio, joined."""
+    """One chunk of the batched pipeline: its spans of the original audio, joined."""
 
     index: int
     spans: tuple[SpeechSpan, ...]
 
 
-def windows_of(n_samples: int, spans: list[SpeechSpan] | None) -> list[Piece]:
-    """The windows: speech spans grouped to <= 30 s (vad_filter), or 30 s cuts of the audio."""
+def quiet_cuts(audio: np.ndarray, window: int = WINDOW, search: int = QUIET_SEARCH) -> list[int]:
+    """Where to cut audio without speech spans into pieces of at most `window` samples: each
+    cut at the start of the quietest 20 ms frame in the last `search` samples before the
+    limit (a pause, if there is one), the end of the audio last (pure)."""
+    cuts, start, n = [], 0, len(audio)
+    while n - start > window:
+        lo, hi = start + window - search, start + window
+        frames = audio[lo:hi].reshape(-1, QUIET_FRAME).astype(np.float64)  # [F, 320]
+        energy = np.square(frames).sum(axis=1)
+        start = lo + QUIET_FRAME * int(np.argmin(energy))
+        cuts.append(start)
+    return [*cuts, n] if n else []
+
+
+def windows_of(audio: np.ndarray, spans: list[SpeechSpan] | None) -> list[Piece]:
+    """The chunks: speech spans grouped to <= 30 s of speech (vad_filter; a longer span alone),
+    or the audio cut at its quiet points into pieces of <= 30 s."""
     if spans is None:
-        spans = [SpeechSpan(s, min(s + WINDOW, n_samples)) for s in range(0, n_samples, WINDOW)]
-        groups = [(s,) for s in spans]
+        ends = quiet_cuts(audio)
+        groups = [(SpeechSpan(a, b),) for a, b in zip([0, *ends[:-1]], ends, strict=True)]
     else:
         groups = group_spans(spans, WINDOW / SAMPLE_RATE)
     return [Piece(i, g) for i, g in enumerate(groups)]
@@ -94,28 +128,18 @@ def transcribe_batched(
 
 def _batched(ctx, audio, options, batch_size, spans, caller) -> Iterator:
     model, tok = ctx.model, ctx.tokenizer
-    pieces = windows_of(len(audio), spans)
-    # a GPU encodes the windows batch_size at a time, a CPU one by one (_Encoded)
+    pieces = windows_of(audio, spans)
+    # a GPU encodes the first windows batch_size at a time, a CPU one by one (_Encoded)
     group = batch_size if model.device.type == "cuda" else 1
     encoded = _Encoded(ctx, audio, pieces, group)
     language = options.language or "en"
     if options.language is None and tok.multilingual and pieces:
         features = encoded.features(0)  # [1, 1500, d]
         language, _ = model_work(ctx.batcher)(detect_language, model, features, tok)
-    sot = tok.sot_sequence(language, options.task)
-    initial = window_tokens(
-        sot_sequence=sot,
-        previous=[],
-        sot_prev=tok.sot_prev,
-        no_timestamps=tok.no_timestamps,
-        n_text_ctx=model.dims.n_text_ctx,
-        encode=tok.encode,
-        prefix=None,
-        hotwords=options.hotwords,
-        without_timestamps=options.without_timestamps,
+    inner = dataclasses.replace(
+        options, language=language, vad_filter=False, batch_size=None, clip_timestamps=()
     )
-    rules = rules_for(ctx, options)(sample_begin=len(initial))
-    jobs = [_Window(ctx, p, encoded, sot, language, initial, rules, options) for p in pieces]
+    jobs = [_Window(ctx, p, len(pieces), encoded, inner) for p in pieces]
     segments: list[Segment] = []
     index = 0
     for event in _interleave(jobs, batch_size, caller):
@@ -133,26 +157,33 @@ def _batched(ctx, audio, options, batch_size, spans, caller) -> Iterator:
 
 
 class _Encoded:
-    """The windows' encoder output and cross-attention K/V, made on the model thread when a
-    window's thread first asks, `group` windows at a time (a GPU's batch; on a CPU 1: the
-    encoder is bound by compute there and a batch only adds activations that spill from the
-    caches: tiny.en on 2 cores, 120 ms a window alone, 134 in twos, 144 in eights). The windows
-    of a group hold views of one K/V tensor and attend as one (kv_cache.joined_rows)."""
+    """The chunks' first windows' encoder output and cross-attention K/V, made on the model
+    thread when a chunk's thread first asks, `group` at a time (a GPU's batch). On a CPU
+    a chunk's windows are encoded by its own transcription, one by one (the encoder is bound
+    by compute there and a batch only adds activations that spill from the caches: tiny.en on
+    2 cores, 120 ms a window alone, 134 in twos, 144 in eights); here only for the language
+    detection. The windows of a group hold views of one K/V tensor and attend as one
+    (kv_cache.joined_rows)."""
 
     def __init__(self, ctx: Context, audio: np.ndarray, pieces: list[Piece], group: int) -> None:
         self.ctx, self.audio, self.pieces, self.group = ctx, audio, pieces, group
         self._lock = threading.Lock()
-        self._ready: dict[int, tuple[int, torch.Tensor, CrossKV]] = {}
+        self._ready: dict[int, tuple[torch.Tensor, CrossKV]] = {}
         self._taken: set[int] = set()
 
     def features(self, i: int) -> torch.Tensor:
-        """Window i's encoder output [1, 1500, d] (kept for its `take`)."""
+        """Chunk i's first encoder output [1, 1500, d] (kept for its `take`)."""
         with self._lock:
             self._make(i)
-            return self._ready[i][1]
+            return self._ready[i][0]
 
-    def take(self, i: int) -> tuple[int, torch.Tensor, CrossKV]:
-        """Window i's mel frames of audio, encoder output [1, 1500, d] and K/V, handed over."""
+    def has(self, i: int) -> bool:
+        """Whether chunk i's first window is (or will be) encoded here."""
+        with self._lock:
+            return self.group > 1 or i in self._ready
+
+    def take(self, i: int) -> tuple[torch.Tensor, CrossKV]:
+        """Chunk i's first encoder output [1, 1500, d] and K/V, handed over."""
         with self._lock:
             self._make(i)
             self._taken.add(i)
@@ -163,39 +194,43 @@ class _Encoded:
             return
         todo = [p for p in self.pieces[i : i + self.group] if p.index not in self._taken]
         todo = [p for p in todo if p.index not in self._ready]
-        sizes, features, cross = model_work(self.ctx.batcher)(self._encode, todo)
+        features, cross = model_work(self.ctx.batcher)(self._encode, todo)
         for j, p in enumerate(todo):
-            self._ready[p.index] = (sizes[j], features[j : j + 1], cross.window(j))
+            self._ready[p.index] = (features[j : j + 1], cross.window(j))
 
-    def _encode(self, todo: list[Piece]) -> tuple[list[int], torch.Tensor, CrossKV]:
-        """On the model thread: as a sequential window, the log-mel of each window's audio and
-        30 s of zeros, its first 30 s, encoded; their K/V."""
+    def _encode(self, todo: list[Piece]) -> tuple[torch.Tensor, CrossKV]:
+        """On the model thread: each chunk's first window as `transcribe` makes it (the
+        log-mel of the chunk and 30 s of zeros, its first <= 3000 frames padded with zeros),
+        encoded; their K/V."""
         model = self.ctx.model
         dtype = next(model.parameters()).dtype
-        mels = [
-            log_mel_spectrogram(join_speech(self.audio, p.spans), model.dims.n_mels, N_SAMPLES)
-            for p in todo
-        ]  # each [n_mels, content + 3000]
-        sizes = [min(N_FRAMES, m.shape[-1] - N_FRAMES) for m in mels]
-        mel = torch.stack([pad_or_trim(m, N_FRAMES) for m in mels]).to(model.device, dtype)
+        windows = []
+        for p in todo:
+            mel = log_mel_spectrogram(
+                join_speech(self.audio, p.spans), model.dims.n_mels, N_SAMPLES, model.device
+            )  # [n_mels, content + 3000]
+            size = min(N_FRAMES, mel.shape[-1] - N_FRAMES)
+            windows.append(pad_or_trim(mel[:, :size], N_FRAMES))
+        mel = torch.stack(windows).to(model.device, dtype)  # [B, n_mels, 3000]
         features = model.encoder(mel)  # [B, 1500, d]
-        return sizes, features, model.decoder.cross_kv(features)
+        return features, model.decoder.cross_kv(features)
 
 
 class _Window:
-    """One window's decode, run on a thread of its own: its encoding, its token events, then its
-    segments."""
+    """One chunk's transcription, run on a thread of its own: its token events as they come,
+    its segments kept for their turn."""
 
     def __init__(
-        self, ctx, piece: Piece, encoded: _Encoded, sot, language, initial, rules, options
-    ):
-        self.ctx, self.piece, self.encoded, self.options = ctx, piece, encoded, options
-        self.sot, self.language, self.initial, self.rules = sot, language, initial, rules
+        self, ctx: Context, piece: Piece, chunks: int, encoded: _Encoded, options: DecodeOptions
+    ) -> None:
+        self.ctx, self.piece, self.chunks, self.encoded = ctx, piece, chunks, encoded
+        prefix = options.prefix if piece.index == 0 else None  # the file's first window only
+        self.options = dataclasses.replace(options, prefix=prefix)
         self.smap = SpeechMap(piece.spans)
         self.segments: list[Segment] = []
 
     def decode(self, out: queue.Queue | CallerThread, stop: threading.Event) -> None:
-        """On its thread: the window's WindowStart and token events into `out` until it ends or
+        """On its thread: the chunk's WindowStart and token events into `out` until it ends or
         `stop` is set, then itself with its segments (or the error, then itself)."""
         try:
             if not stop.is_set():
@@ -207,73 +242,53 @@ class _Window:
             out.put(self)
 
     def _decode(self, out: queue.Queue | CallerThread, stop: threading.Event) -> None:
-        size, features, cross = self.encoded.take(self.piece.index)
-        num_frames = size // INPUT_STRIDE
-        cache = KVCache(cross, self.ctx.model.dims.n_text_ctx)
-        clock = frame_clock(self.smap, 0.0, num_frames)
-        out.put(WindowStart(self.piece.index, clock[0].start, num_frames, self.language, clock))
-        steps = decode_with_fallback(
-            *(self.ctx, features, cache, self.initial, self.rules, self.options),
-            *(self.piece.index, 0, 0.0, num_frames),
-            torch.Generator().manual_seed(self.options.seed),
-        )
-        while True:
-            try:
-                event = next(steps)
-            except StopIteration as end:
-                result, _ = end.value
-                break
-            out.put(self._mapped(event))
-            if stop.is_set():
-                steps.close()
-                return
-        self.segments = self._segments(result, cache, size, num_frames)
+        encode = self._encode if self.encoded.has(self.piece.index) else None
+        audio = join_speech(self.encoded.audio, self.piece.spans)
+        events = transcribe(self.ctx, audio, self.options, encode=encode, keep_open_tails=True)
+        try:
+            for event in events:
+                if isinstance(event, Segment):
+                    self.segments.append(self._segment(event))
+                elif not isinstance(event, Transcript):
+                    out.put(self._mapped(event))
+                if stop.is_set():
+                    return
+        finally:
+            events.close()
 
-    def _mapped(self, event: TokenEvent | WindowDiscarded) -> TokenEvent | WindowDiscarded:
+    def _encode(self, seek: int, mel: torch.Tensor) -> tuple[torch.Tensor, KVCache]:
+        """The chunk's first window from _Encoded, the next ones here (on the model thread)."""
+        model = self.ctx.model
+        if seek == 0:
+            features, cross = self.encoded.take(self.piece.index)
+        else:
+            dtype = next(model.parameters()).dtype
+            features = model_work(self.ctx.batcher)(model.encoder, mel[None].to(dtype))
+            cross = model_work(self.ctx.batcher)(model.decoder.cross_kv, features)
+        return features, KVCache(cross, model.dims.n_text_ctx)
+
+    def _window(self, local: int) -> int:
+        return self.piece.index + local * self.chunks
+
+    def _mapped(self, event: WindowStart | TokenEvent | WindowDiscarded):
+        """An event of the chunk's transcription with its window's number and the original
+        clock."""
+        event = dataclasses.replace(event, window=self._window(event.window))
+        if isinstance(event, WindowStart):
+            clock = frame_clock(self.smap, event.offset, event.num_frames)
+            return dataclasses.replace(event, offset=clock[0].start, clock=clock)
         if isinstance(event, TokenEvent) and event.online_time is not None:
             t = event.online_time
             return dataclasses.replace(event, online_time=round(t + self.smap.shift(t), 2))
         return event
 
-    def _segments(self, r, cache: KVCache, size: int, num_frames: int) -> list[Segment]:
-        """The window's segments on the original clock (none for a silent window), its words
-        from its own cross-attention K/V."""
-        o, tok = self.options, self.ctx.tokenizer
-        silent = o.no_speech_threshold is not None and r.no_speech_prob > o.no_speech_threshold
-        if silent and o.logprob_threshold is not None:
-            silent = r.avg_logprob <= o.logprob_threshold
-        if silent:
-            return []
-        pieces, _, _ = split_segments(list(r.tokens), tok.timestamp_begin, 0.0, size)
-        words = timings = [() for _ in pieces]
-        if o.word_timestamps and self.ctx.aligner is not None:
-            pieces, words, timings, _ = model_work(self.ctx.batcher)(
-                self.ctx.aligner.align,
-                *(cache, self.sot, pieces, num_frames, self.language, 0.0, 0.0),
-                *(o.prepend_punctuations, o.append_punctuations),
-            )
-        out = []
-        for p, w, t in zip(pieces, words, timings, strict=True):
-            text = tok.decode(list(p.tokens))
-            if p.start == p.end or not text.strip():
-                continue
-            seg = Segment(
-                id=0,
-                window=self.piece.index,
-                seek=0,
-                start=p.start,
-                end=p.end,
-                text=text,
-                tokens=p.tokens,
-                temperature=r.temperature,
-                avg_logprob=r.avg_logprob,
-                compression_ratio=r.compression_ratio,
-                no_speech_prob=r.no_speech_prob,
-                words=tuple(w),
-                token_timings=tuple(t),
-            )
-            out.append(map_segment(seg, self.smap))
-        return out
+    def _segment(self, seg: Segment) -> Segment:
+        """A segment of the chunk on the original clock, its window numbered, its seek in
+        frames of the file."""
+        seek = round(self.smap.original(seg.seek * 0.01) * 100)
+        return map_segment(
+            dataclasses.replace(seg, window=self._window(seg.window), seek=seek), self.smap
+        )
 
 
 def _interleave(jobs: list[_Window], slots: int, caller: CallerThread | None) -> Iterator:

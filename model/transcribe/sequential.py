@@ -10,7 +10,7 @@ and more TokenEvents on fallback), Segment…, and finally the Transcript.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from functools import partial
 
@@ -180,8 +180,28 @@ def decode_with_fallback(
     raise ValueError("no temperatures to decode with")
 
 
-def transcribe(ctx: Context, audio: np.ndarray, options: DecodeOptions) -> Iterator[Event]:
-    """Yield every event of the transcription of `audio` (16 kHz mono float32)."""
+Encode = Callable[[int, torch.Tensor], tuple[torch.Tensor, KVCache]]
+
+
+def open_tail(tokens: list[int], pieces: list[Piece], eot: int) -> bool:
+    """Whether a window's tokens end with text after its last complete segment (an open
+    segment, which the next window decodes again)."""
+    return any(t < eot for t in tokens[sum(len(p.tokens) for p in pieces) :])
+
+
+def transcribe(
+    ctx: Context,
+    audio: np.ndarray,
+    options: DecodeOptions,
+    encode: Encode | None = None,
+    keep_open_tails: bool = False,
+) -> Generator[Event, None, None]:
+    """Yield every event of the transcription of `audio` (16 kHz mono float32). `encode`:
+    (seek, the window's mel [n_mels, 3000]) -> its encoder output [1, 1500, d] and K/V cache
+    (the batched pipeline's, which encodes first windows together); None: here, one by one.
+    `keep_open_tails`: a window after one that ended with an open segment is never skipped as
+    silence (the batched pipeline's chunks, whose last window is often that short tail; the
+    reference skips it)."""
     model, tok = ctx.model, ctx.tokenizer
     device = model.device
     run = model_work(ctx.batcher)
@@ -207,6 +227,7 @@ def transcribe(ctx: Context, audio: np.ndarray, options: DecodeOptions) -> Itera
     segments: list[Segment] = []
     prompt_reset_since, window, token_index = 0, 0, 0
     last_speech = 0.0
+    after_open = False  # the previous window ended with an open segment
     n_ctx = model.dims.n_text_ctx
     generator = torch.Generator().manual_seed(options.seed)  # every window's samples
     threshold = options.hallucination_silence_threshold if options.word_timestamps else None
@@ -224,8 +245,11 @@ def transcribe(ctx: Context, audio: np.ndarray, options: DecodeOptions) -> Itera
         time_offset = seek * HOP_LENGTH / SAMPLE_RATE
         segment_size = min(N_FRAMES, content_frames - seek, clip_end - seek)
         mel_segment = pad_or_trim(mel[:, seek : seek + segment_size], N_FRAMES)  # [n_mels, 3000]
-        features = run(model.encoder, mel_segment[None].to(dtype))  # [1, 1500, d]
-        cache = run(model.new_cache, features)  # cross-attention K/V: once per window
+        if encode is None:
+            features = run(model.encoder, mel_segment[None].to(dtype))  # [1, 1500, d]
+            cache = run(model.new_cache, features)  # cross-attention K/V: once per window
+        else:
+            features, cache = encode(seek, mel_segment)
         num_frames = segment_size // INPUT_STRIDE
         yield WindowStart(window, time_offset, num_frames, language)
 
@@ -259,6 +283,8 @@ def transcribe(ctx: Context, audio: np.ndarray, options: DecodeOptions) -> Itera
         )
         if skip and options.logprob_threshold is not None:
             skip = result.avg_logprob <= options.logprob_threshold
+        if skip and keep_open_tails and after_open:
+            skip = False  # the words the previous window left open
         if skip:  # silence: fast-forward to the next window
             seek += segment_size
             window += 1
@@ -268,6 +294,7 @@ def transcribe(ctx: Context, audio: np.ndarray, options: DecodeOptions) -> Itera
             list(result.tokens), tok.timestamp_begin, time_offset, segment_size
         )
         window_seek, seek = seek, seek + advance
+        after_open = not single_ending and open_tail(list(result.tokens), pieces, tok.eot)
         words: list[tuple] = [() for _ in pieces]
         timings: list[tuple] = [() for _ in pieces]
         if options.word_timestamps and ctx.aligner is not None:

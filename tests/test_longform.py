@@ -1,0 +1,158 @@
+"""Batched long-form at its chunks' edges (model/batched.py): speech across a chunk boundary is
+transcribed once, a chunk whose window ends with a segment cut short gets the rest decoded in a
+window of its own, and each chunk gives the tokens of the sequential transcription of that
+chunk's audio alone.
+
+The audio is J. F. Kennedy's 11 s repeated with no gap between the copies (each has its own
+short pauses), so that every 30 s cut falls inside speech.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+from openai_ref import pipeline
+
+from xattn.model.audio import decode_audio
+from xattn.model.audio.vad import SAMPLE_RATE, SpeechSpan, VadOptions, detect_speech, join_speech
+from xattn.model.decode.decoding import DecodeOptions
+from xattn.model.decode.results import Segment, TokenEvent, WindowStart
+from xattn.model.transcribe.batched import chunk_vad, quiet_cuts, windows_of
+from xattn.model.transcribe.sequential import open_tail, split_segments, transcribe
+
+OPENING = "ask not what your country can do for you"
+CLOSING = "ask what you can do for your country"
+
+
+def _options(**kw) -> DecodeOptions:
+    return DecodeOptions(language="en", temperatures=(0.0,), **kw)
+
+
+def _norm(text: str) -> str:
+    return " ".join("".join(c for c in text.lower() if c.isalpha() or c == " ").split())
+
+
+def _per_window(events: list) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for e in events:
+        if isinstance(e, TokenEvent):
+            out.setdefault(e.window, []).append(e.id)
+    return out
+
+
+@pytest.fixture(scope="module")
+def jfk(jfk_path) -> np.ndarray:
+    return decode_audio(jfk_path)
+
+
+def _chunks(audio: np.ndarray, options: DecodeOptions):
+    spans = detect_speech(audio, chunk_vad(options.vad_options)) if options.vad_filter else None
+    return windows_of(audio, spans)
+
+
+def _sequential_per_chunk(audio: np.ndarray, options: DecodeOptions) -> dict[int, list[int]]:
+    """Each chunk transcribed alone, sequentially (with keep_open_tails, as batched: a window
+    after an open segment is not skipped as silence), its k-th window numbered as batched
+    numbers it (chunk + k x chunks)."""
+    chunks = _chunks(audio, options)
+    plain = dataclasses.replace(options, vad_filter=False, batch_size=None)
+    ctx = pipeline("tiny.en").context
+    out = {}
+    for c in chunks:
+        with torch.inference_mode():
+            alone = list(transcribe(ctx, join_speech(audio, c.spans), plain, keep_open_tails=True))
+        for k, tokens in _per_window(alone).items():
+            out[c.index + k * len(chunks)] = tokens
+    return out
+
+
+@pytest.mark.parametrize("vad_filter", [False, True])
+def test_speech_across_a_chunk_boundary_is_transcribed_once(jfk, vad_filter) -> None:
+    """Four copies with no gap (44 s): every phrase of every copy comes out, once."""
+    audio = np.concatenate([jfk] * 4)
+    options = _options(batch_size=4, vad_filter=vad_filter)
+    events = list(pipeline("tiny.en").transcribe(audio, options))
+    text = _norm(events[-1].text)
+    assert text.count(OPENING) == 4, text
+    assert text.count(CLOSING) == 4, text
+    assert len(text.split()) == 4 * len(
+        _norm(f"and so my fellow americans {OPENING} {CLOSING}").split()
+    )
+    segments = [e for e in events if isinstance(e, Segment)]
+    assert [s.start for s in segments] == sorted(s.start for s in segments)
+
+
+def test_a_window_cut_short_gets_the_rest_decoded(jfk) -> None:
+    """One chunk of 44 s of speech (VAD that ends spans only at 10 s pauses): its first window
+    ends inside the third copy; the next window starts at its last complete segment's end and
+    decodes the rest, so the words past it are neither lost nor doubled."""
+    audio = np.concatenate([jfk] * 4)
+    vad = VadOptions(min_silence_duration_ms=10_000)
+    options = _options(batch_size=2, vad_filter=True, vad_options=vad)
+    assert len(_chunks(audio, options)) == 1
+    events = list(pipeline("tiny.en").transcribe(audio, options))
+    starts = [e for e in events if isinstance(e, WindowStart)]
+    assert [w.window for w in starts] == [0, 1]
+    first = [s for s in events if isinstance(s, Segment) and s.window == 0]
+    assert starts[1].offset == pytest.approx(first[-1].end, abs=0.02)
+    assert first[-1].end < 30.0
+    text = _norm(events[-1].text)
+    assert text.count(OPENING) == 4 and text.count(CLOSING) == 4, text
+
+
+@pytest.mark.parametrize("long_chunks", [False, True])
+def test_batched_equals_sequential_per_chunk(jfk, long_chunks) -> None:
+    """jfk, a pause, then four copies with no gap: each chunk's windows decoded in a batch give
+    the tokens of that chunk's audio transcribed alone, sequentially; with spans ended only by
+    10 s pauses the second chunk is 44 s long and has windows after its first."""
+    pause = np.zeros(3 * SAMPLE_RATE, dtype=np.float32)
+    audio = np.concatenate([jfk, pause, *[jfk] * 4])
+    vad = VadOptions(min_silence_duration_ms=10_000) if long_chunks else None
+    options = _options(batch_size=4, vad_filter=True, vad_options=vad)
+    events = list(pipeline("tiny.en").transcribe(audio, options))
+    batched = _per_window(events)
+    assert batched == _sequential_per_chunk(audio, options)
+    n = len(_chunks(audio, options))
+    assert (max(batched) >= n) == long_chunks  # a chunk's second window
+    assert _norm(events[-1].text).count(CLOSING) == 5
+
+
+def test_without_vad_each_chunk_is_sequential(jfk) -> None:
+    audio = np.concatenate([jfk] * 4)
+    options = _options(batch_size=3)
+    events = list(pipeline("tiny.en").transcribe(audio, options))
+    assert _per_window(events) == _sequential_per_chunk(audio, options)
+
+
+def test_quiet_cuts_fall_in_the_pause() -> None:
+    """70 s of tone with a 0.2 s pause at 27 s and at 55 s: cut at each pause, the pieces at
+    most 30 s, the whole audio covered."""
+    t = np.arange(70 * SAMPLE_RATE) / SAMPLE_RATE
+    audio = (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+    for at in (27.0, 55.0):
+        audio[int(at * SAMPLE_RATE) : int((at + 0.2) * SAMPLE_RATE)] = 0.0
+    cuts = quiet_cuts(audio)
+    assert len(cuts) == 3 and cuts[-1] == len(audio)
+    assert 27.0 <= cuts[0] / SAMPLE_RATE < 27.2 and 55.0 <= cuts[1] / SAMPLE_RATE < 55.2
+    assert all(b - a <= 30 * SAMPLE_RATE for a, b in zip([0, *cuts], cuts, strict=False))
+    pieces = windows_of(audio, None)
+    assert [p.spans for p in pieces][0] == (SpeechSpan(0, cuts[0]),)
+    assert quiet_cuts(audio[: 10 * SAMPLE_RATE]) == [10 * SAMPLE_RATE]
+    assert quiet_cuts(audio[:0]) == []
+
+
+def test_open_tail() -> None:
+    """Text after a window's last timestamp pair is an open segment; a window that ends on a
+    timestamp, or has no pair, has none (pure)."""
+    ts, eot = 50364, 50256
+    text = [400, 401]
+    pieces, _, single = split_segments([ts, *text, ts + 50, ts + 50, 402], ts, 0.0, 3000)
+    assert not single and open_tail([ts, *text, ts + 50, ts + 50, 402], pieces, eot)
+    closed = [ts, *text, ts + 50, ts + 50, 402, ts + 90]
+    pieces, _, single = split_segments(closed, ts, 0.0, 3000)
+    assert single and not open_tail(closed, pieces, eot)
+    pieces, _, _ = split_segments([ts, *text], ts, 0.0, 3000)
+    assert not open_tail([ts, *text], pieces, eot)
