@@ -29,7 +29,7 @@ END = "<!-- results: end -->"
 END_TO_END = "end to end: file bytes -> text"
 # The sections come in this order; other benchmarks follow alphabetically.
 ORDER = ("decode", "service", "longform", "longform_vad", "streaming", "startup", "wer", "scale")
-ORDER += ("live_page", "soak")
+ORDER += ("live_page", "http_api", "soak")
 TITLES = {
     "decode": "Decoding in one process: ceilings, encoder, decoder step, end to end",
     "service": "Through the server: gRPC overhead and load",
@@ -40,6 +40,7 @@ TITLES = {
     "wer": "Word error rate on the shared real speech, greedy and beam 5",
     "scale": "Replicas behind HAProxy",
     "live_page": "The live page: word commit delay, page, bridge and gRPC alone",
+    "http_api": "OpenAI's API over HTTP against gRPC: unary and first delta",
     "soak": "Soak: mixed traffic for a while",
 }
 
