@@ -444,7 +444,8 @@ def test_dockerfile_stages_user_and_healthcheck() -> None:
     assert PurePosixPath("/app/deploy/health_probe.py") in image_files(runtime)
     cmd = [rest for keyword, rest in runtime["steps"] if keyword == "CMD"]
     assert cmd == ['["xattn-server"]']
-    assert any(k == "EXPOSE" and r == "50051" for k, r in runtime["steps"])
+    exposed = [r.split() for k, r in runtime["steps"] if k == "EXPOSE"]
+    assert any({"50051", "8000"} <= set(ports) for ports in exposed)  # gRPC and the HTTP API
 
 
 def test_dockerfile_installs_cpu_torch_and_the_project_at_the_constraints() -> None:
