@@ -114,3 +114,14 @@ def pytest_terminal_summary(
     for kind, n in sorted(tried.items()):
         terminalreporter.write_line(f"{kind}: {n}")
     terminalreporter.write_line(f"total: {sum(tried.values())}")
+
+
+def tokens_per_window(events: list) -> dict[int, list[int]]:
+    """The token ids of a transcription's events, by window (batched tests compare them)."""
+    from xattn.model.decode.results import TokenEvent
+
+    out: dict[int, list[int]] = {}
+    for e in events:
+        if isinstance(e, TokenEvent):
+            out.setdefault(e.window, []).append(e.id)
+    return out

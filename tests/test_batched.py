@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import grpc
 import numpy as np
 import pytest
-from conftest import SHARED_AUDIO
+from conftest import SHARED_AUDIO, tokens_per_window
 from openai_ref import pipeline
 
 from xattn.model.audio import vad
@@ -52,14 +52,6 @@ def _run(audio: np.ndarray, batch_size: int, vad: bool) -> list:
     return list(pipeline("tiny.en").transcribe(audio, options))
 
 
-def _tokens(events: list) -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {}
-    for e in events:
-        if isinstance(e, TokenEvent):
-            out.setdefault(e.window, []).append(e.id)
-    return out
-
-
 @pytest.fixture(scope="module")
 def batched(long_audio) -> list:
     return _run(long_audio, 4, vad=True)
@@ -72,8 +64,8 @@ def _chunks(audio: np.ndarray) -> int:
 def test_batched_equals_one_by_one(long_audio, batched) -> None:
     one_by_one = _run(long_audio, 1, vad=True)
     n = _chunks(long_audio)
-    assert n >= 2 and sorted(_tokens(batched))[:n] == list(range(n))
-    assert _tokens(batched) == _tokens(one_by_one)
+    assert n >= 2 and sorted(tokens_per_window(batched))[:n] == list(range(n))
+    assert tokens_per_window(batched) == tokens_per_window(one_by_one)
     assert batched[-1].text == one_by_one[-1].text
 
 
@@ -109,8 +101,8 @@ def test_long_file_batched_equals_one_by_one() -> None:
 
     audio = build("pauses").audio
     batched = _run(audio, 8, vad=True)
-    tokens = _tokens(batched)
-    assert len(tokens) >= 8 and tokens == _tokens(_run(audio, 1, vad=True))
+    tokens = tokens_per_window(batched)
+    assert len(tokens) >= 8 and tokens == tokens_per_window(_run(audio, 1, vad=True))
     rows = np.stack([e.attention for e in batched if isinstance(e, TokenEvent)])  # [n, L, H, F]
     assert np.allclose(rows.sum(-1), 1.0, atol=1e-3)
     words = [w for e in batched if isinstance(e, Segment) for w in e.words]
@@ -135,7 +127,7 @@ def test_its_torch_work_runs_on_the_calling_thread(long_audio) -> None:
         for h in hooks:
             h.remove()
     assert threads == {threading.current_thread().name}
-    assert len(_tokens(events)) >= _chunks(long_audio)
+    assert len(tokens_per_window(events)) >= _chunks(long_audio)
 
 
 def test_closing_early_stops_the_windows(long_audio) -> None:
@@ -199,7 +191,7 @@ def test_batch_size_over_the_service(stub, long_audio, batched) -> None:
     alignment = pb.AlignmentOptions(mode=pb.ALIGNMENT_MODE_MEAN_ALIGNMENT_HEADS)
     request = pb.TranscribeRequest(audio=pb.Audio(pcm=pcm), options=options, alignment=alignment)
     response = stub.Transcribe(request, timeout=300)
-    assert {w.window: list(w.token_ids) for w in response.windows} == _tokens(batched)
+    assert {w.window: list(w.token_ids) for w in response.windows} == tokens_per_window(batched)
     assert [list(w.matrix.shape) for w in response.windows] == [
         [len(w.token_ids), 1, 1500] for w in response.windows
     ]

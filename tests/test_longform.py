@@ -14,12 +14,13 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+from conftest import tokens_per_window
 from openai_ref import pipeline
 
 from xattn.model.audio import decode_audio
 from xattn.model.audio.vad import SAMPLE_RATE, SpeechSpan, VadOptions, detect_speech, join_speech
 from xattn.model.decode.decoding import DecodeOptions
-from xattn.model.decode.results import Segment, TokenEvent, WindowStart
+from xattn.model.decode.results import Segment, WindowStart
 from xattn.model.transcribe.batched import chunk_vad, quiet_cuts, windows_of
 from xattn.model.transcribe.sequential import open_tail, split_segments, transcribe
 
@@ -33,14 +34,6 @@ def _options(**kw) -> DecodeOptions:
 
 def _norm(text: str) -> str:
     return " ".join("".join(c for c in text.lower() if c.isalpha() or c == " ").split())
-
-
-def _per_window(events: list) -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {}
-    for e in events:
-        if isinstance(e, TokenEvent):
-            out.setdefault(e.window, []).append(e.id)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +57,7 @@ def _sequential_per_chunk(audio: np.ndarray, options: DecodeOptions) -> dict[int
     for c in chunks:
         with torch.inference_mode():
             alone = list(transcribe(ctx, join_speech(audio, c.spans), plain, keep_open_tails=True))
-        for k, tokens in _per_window(alone).items():
+        for k, tokens in tokens_per_window(alone).items():
             out[c.index + k * len(chunks)] = tokens
     return out
 
@@ -113,7 +106,7 @@ def test_batched_equals_sequential_per_chunk(jfk, long_chunks) -> None:
     vad = VadOptions(min_silence_duration_ms=10_000) if long_chunks else None
     options = _options(batch_size=4, vad_filter=True, vad_options=vad)
     events = list(pipeline("tiny.en").transcribe(audio, options))
-    batched = _per_window(events)
+    batched = tokens_per_window(events)
     assert batched == _sequential_per_chunk(audio, options)
     n = len(_chunks(audio, options))
     assert (max(batched) >= n) == long_chunks  # a chunk's second window
@@ -124,7 +117,7 @@ def test_without_vad_each_chunk_is_sequential(jfk) -> None:
     audio = np.concatenate([jfk] * 4)
     options = _options(batch_size=3)
     events = list(pipeline("tiny.en").transcribe(audio, options))
-    assert _per_window(events) == _sequential_per_chunk(audio, options)
+    assert tokens_per_window(events) == _sequential_per_chunk(audio, options)
 
 
 def test_quiet_cuts_fall_in_the_pause() -> None:
