@@ -75,8 +75,28 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "bf16-encoder+int8-logits (APPROXIMATE), or auto (the fastest exact path here: "
         "int8-logits where fbgemm runs, else fp32)",
     )
-    flag("workers", int, DEFAULTS.workers, "transcriptions decoded at once (steps batched)")
+    flag(
+        "workers",
+        int,
+        DEFAULTS.workers,
+        "at most this many transcriptions decoded at once, their decoder steps batched "
+        "(0: as many as --memory-budget-mb holds, up to 16)",
+    )
     flag("max-queue", int, DEFAULTS.max_queue, "transcriptions that may wait for a worker")
+    flag(
+        "max-queue-wait",
+        float,
+        DEFAULTS.max_queue_wait,
+        "refuse (RESOURCE_EXHAUSTED / 429, with a retry hint) a request that the work queued "
+        "ahead would keep waiting longer than this many seconds",
+    )
+    flag(
+        "memory-budget-mb",
+        float,
+        DEFAULTS.memory_budget_mb,
+        "memory for the transcriptions in flight, MiB (0: half the memory available once "
+        "the model has loaded)",
+    )
     flag("max-audio-seconds", float, DEFAULTS.max_audio_seconds, "longest audio accepted")
     flag("max-message-mb", float, DEFAULTS.max_message_mb, "largest message, MiB")
     flag("grace", float, DEFAULTS.grace, "seconds to drain in-flight RPCs on SIGTERM")
@@ -138,8 +158,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error(str(e))
     if args.stats_interval <= 0:
         parser.error("--stats-interval must be > 0")
-    if args.workers < 1 or args.max_queue < 0 or args.max_audio_seconds <= 0:
-        parser.error("--workers must be >= 1, --max-queue >= 0, --max-audio-seconds > 0")
+    if args.workers < 0 or args.max_queue < 0 or args.max_audio_seconds <= 0:
+        parser.error("--workers must be >= 0, --max-queue >= 0, --max-audio-seconds > 0")
+    if args.max_queue_wait <= 0 or args.memory_budget_mb < 0:
+        parser.error("--max-queue-wait must be > 0, --memory-budget-mb >= 0")
     if args.http_port is not None and not 0 <= args.http_port < 65536:
         parser.error("--http-port must be in 0..65535")
     if args.max_message_mb <= 0:
@@ -163,6 +185,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         compute=args.compute,
         workers=args.workers,
         max_queue=args.max_queue,
+        max_queue_wait=args.max_queue_wait,
+        memory_budget_mb=args.memory_budget_mb,
         max_audio_seconds=args.max_audio_seconds,
         max_message_mb=args.max_message_mb,
         grace=args.grace,

@@ -26,7 +26,5 @@ def start_transcription(
     decode = convert.decode_options(options, return_attention=rows.enabled)
     pipe.validate(decode)
     load_audio = convert.audio_loader(audio, engine.limits.max_audio_seconds, engine.decode_audio)
-    shape = (
-        convert.StreamShaper(rows, pipe.tokenizer.eot) if stream else convert.UnaryShaper(rows)
-    )
+    shape = convert.StreamShaper(rows, pipe.tokenizer.eot) if stream else convert.UnaryShaper(rows)
     return engine.submit(load_audio, decode, shape, pipe.name)

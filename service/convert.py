@@ -32,6 +32,8 @@ from xattn.service.engine import Event, Limits, Timings
 from xattn.service.rows import RowSpec
 from xattn.v1 import transcriber_pb2 as pb
 
+Workers = Callable[[str], int] | None  # a model's resolved worker count, by name
+
 PCM_ENCODINGS = {pb.PCM_ENCODING_INT16: "int16", pb.PCM_ENCODING_FLOAT32: "float32"}
 TASKS = {pb.TASK_UNSPECIFIED: "transcribe", pb.TASK_TRANSCRIBE: "transcribe"}
 TASKS[pb.TASK_TRANSLATE] = "translate"
@@ -308,19 +310,21 @@ def model_dims(d: ModelDims) -> pb.ModelDims:
     return pb.ModelDims(**{f.name: getattr(d, f.name) for f in dataclasses.fields(d)})
 
 
-def server_limits(limits: Limits) -> pb.ServerLimits:
+def server_limits(limits: Limits, workers: int | None = None) -> pb.ServerLimits:
+    """The limits as the proto reports them; `workers`: the resolved count (limits.workers
+    may be 0, auto)."""
     return pb.ServerLimits(
         max_audio_seconds=limits.max_audio_seconds,
         max_receive_message_bytes=limits.max_receive_message_bytes,
         max_send_message_bytes=limits.max_send_message_bytes,
-        workers=limits.workers,
+        workers=limits.workers if workers is None else workers,
         max_queue=limits.max_queue,
         max_live_seconds=limits.max_live_seconds,
         live_idle_timeout_seconds=limits.live_idle_timeout,
     )
 
 
-def one_model(pipe: Pipeline, limits: Limits) -> pb.ModelInfo:
+def one_model(pipe: Pipeline, limits: Limits, workers: Workers = None) -> pb.ModelInfo:
     exact, note = compute_note(pipe.compute)
     return pb.ModelInfo(
         model_name=pipe.name,
@@ -335,7 +339,7 @@ def one_model(pipe: Pipeline, limits: Limits) -> pb.ModelInfo:
         compute_note=note,
         checkpoint_format=pipe.checkpoint_format,
         checkpoint_dtype=pipe.checkpoint_dtype,
-        limits=server_limits(limits),
+        limits=server_limits(limits, workers(pipe.name) if workers else None),
     )
 
 
@@ -356,15 +360,15 @@ _TOP_LEVEL = (
 
 
 def model_info(
-    pipe: Pipeline, limits: Limits, pipelines: Sequence[Pipeline] = ()
+    pipe: Pipeline, limits: Limits, pipelines: Sequence[Pipeline] = (), workers: Workers = None
 ) -> pb.GetModelInfoResponse:
     """`pipe` in the top-level fields; every model of the server (`pipelines`, default: just
-    `pipe`) in `models`."""
-    top = one_model(pipe, limits)
+    `pipe`) in `models`; `workers`: a model's resolved worker count, by name."""
+    top = one_model(pipe, limits, workers)
     return pb.GetModelInfoResponse(
         **{name: getattr(top, name) for name in _TOP_LEVEL},
         alignment_frames_per_second=FRAMES_PER_SECOND,
-        models=[one_model(p, limits) for p in (pipelines or (pipe,))],
+        models=[one_model(p, limits, workers) for p in (pipelines or (pipe,))],
     )
 
 

@@ -1,17 +1,22 @@
-"""The model's room on the server: one Pipeline, a few worker threads, a bounded queue.
+"""The model's room on the server: its Pipelines, their decode workers, a bounded queue.
 
 A request is admitted (or refused with `Overloaded`), its audio decoded on a thread of its own
-that ends with it (`in_passing_thread`: the OpenMP team of a thread that resampled, kept alive,
-slowed every decoder step ~30 %), then its transcription generator runs on a decode worker
-thread. Each event is shaped there (the caller's function, e.g. into a proto message) and
-handed to the event loop through an asyncio queue, with a little backpressure. Cancelling the
-consumer (client cancel, deadline, shutdown) closes the generator within one token. With
-several workers the pipeline carries a StepBatcher (decode/step_batcher.py): the workers' model
-work takes turns, and their cached decoder steps run as one batched forward.
+(xattn.service.run), then its transcription generator runs on a decode worker thread of its
+model. Continuous batching is the only path: every model's pipeline carries a StepBatcher
+(xattn.model.decode.step_batcher), so each worker's model work (log-mel, encoder, cross K/V)
+runs on the model's one model thread, taking turns with the others', and its cached decoder
+steps (a beam search's beams are rows too) join the running batch as soon as its window is
+encoded and leave it when the window ends. Windows of different requests interleave there, so
+a long file does not hold a short request up for its whole duration.
 
-A live stream (xattn.service.live) takes one admission slot for its whole duration (`admit_live`);
-its decode steps run on a pool of their own, `live_workers` threads, so a long file on a decode
-worker does not stall a live stream for minutes (the CPU is shared instead).
+How many decode at once adapts to the machine (xattn.service.capacity: the memory budget over
+each request's bytes, at most MAX_WORKERS; `--workers` caps it). Admission refuses when the
+work queued ahead would keep a new request waiting longer than `max_queue_wait` (or the queue
+holds `max_queue`), with a retry hint from the measured model time per window.
+
+A live stream (xattn.service.live) takes one admission slot for its whole duration
+(`admit_live`); its steps run on `live_workers` threads of their own and their model work on
+the same model thread, so live decode steps share the batch with the files'.
 """
 
 from __future__ import annotations
@@ -20,10 +25,9 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, fields
-from typing import Generic, TypeVar
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -32,27 +36,30 @@ from xattn.model.decode.decoding import DecodeOptions, OptionsError
 from xattn.model.decode.results import TokenEvent, WindowStart
 from xattn.model.pipeline import Pipeline
 from xattn.model.transcribe.sequential import Event
+from xattn.service import capacity
 from xattn.service.decoders import DecoderProcesses
+from xattn.service.run import END, Cancelled, LiveSlot, Run, T, Timings, in_passing_thread
+
+__all__ = ["Engine", "Limits", "LiveSlot", "NotReady", "Overloaded", "Run", "Timings"]
+__all__ += ["UnknownModel", "Counters", "Event", "in_passing_thread"]
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
-BUFFERED_EVENTS = 256  # shaped events a worker may run ahead of a slow consumer
-_END = object()
 
 
 @dataclass(frozen=True)
 class Limits:
     max_audio_seconds: float = 1800.0
-    workers: int = 1  # transcriptions running at once
-    max_queue: int = 8  # admitted transcriptions waiting for a worker
+    # transcriptions decoded at once, their steps batched; 0: as many as the memory budget
+    # holds (xattn.service.capacity.auto_workers), at most 16; N > 0 caps it at N
+    workers: int = 0
+    max_queue: int = 64  # admitted transcriptions waiting for a worker, at most
+    max_queue_wait: float = 30.0  # refuse when the queue ahead would take longer (seconds)
+    memory_budget_mb: float = 0.0  # for the requests in flight; 0: half the available memory
     max_receive_message_bytes: int = 0  # reported only; the server enforces it
     max_send_message_bytes: int = 0
     max_live_seconds: float = 1800.0  # audio one live stream may send
     live_idle_timeout: float = 10.0  # seconds a live stream may send nothing
-    # live decode steps run at once (each stream runs one at a time): two on 2 cores overlap
-    # one stream's memory-bound decoder with another's encoder (benchmarks/streaming.py)
-    live_workers: int = 2
+    live_workers: int = 2  # live decode steps run at once (each stream runs one at a time)
     # encoded files decoded at once, each in a worker process (xattn.service.decoders); 0: on
     # the server's own threads, where a crash in FFmpeg or libsndfile ends the server
     decode_processes: int = 2
@@ -63,7 +70,7 @@ class Counters:
     """Transcriptions by outcome; a snapshot is a copy."""
 
     admitted: int = 0
-    rejected: int = 0  # refused: queue full
+    rejected: int = 0  # refused: the queue full, or its wait over max_queue_wait
     invalid: int = 0  # the audio could not be used
     started: int = 0  # reached a worker
     finished: int = 0
@@ -72,17 +79,25 @@ class Counters:
     tokens_decoded: int = 0
     in_flight: int = 0  # admitted and not over: loading audio, queued or running
     live: int = 0  # live streams admitted (counted in the outcomes above too)
+    queued: int = 0  # now: audio decoded, waiting for a worker
+    running: int = 0  # now: on a worker
 
 
 @dataclass
-class Timings:
-    """Wall-clock seconds of one transcription."""
+class _Model:
+    """One model's serving state (under the engine's lock)."""
 
-    queue: float = 0.0
-    audio: float = 0.0
-    encode: float = 0.0
-    decode: float = 0.0
-    total: float = 0.0
+    pipe: Pipeline
+    pool: ThreadPoolExecutor
+    workers: int
+    estimate: capacity.WaitEstimate
+    in_flight: int = 0  # admitted and not over
+    running: int = 0
+    queued: set[Run] = field(default_factory=set)
+    windows_done: int = 0
+
+    def windows_queued(self) -> int:
+        return sum(r.windows for r in self.queued)
 
 
 class NotReady(RuntimeError):
@@ -101,143 +116,15 @@ class UnknownModel(OptionsError):
     """A request named a model this server does not have (INVALID_ARGUMENT)."""
 
 
-class _Cancelled(Exception):
-    pass
-
-
-class Run(Generic[T]):
-    """One admitted transcription: iterate `events()`, then read `timings()`."""
-
-    def __init__(
-        self,
-        engine: Engine,
-        load_audio: Callable[[], np.ndarray],
-        options: DecodeOptions,
-        shape: Callable[[Event], T | None],
-        pipeline: Pipeline,
-    ) -> None:
-        self._engine = engine
-        self.pipeline = pipeline  # the model this request asked for
-        self._load_audio = load_audio
-        self.options = options
-        self.shape = shape
-        self.arrived = time.perf_counter()
-        self.queued_at = self.arrived
-        self.times = Timings()
-        self.cancelled = threading.Event()
-        self._queue: asyncio.Queue[object] = asyncio.Queue()
-        self._loop = asyncio.get_running_loop()
-        self._space = threading.Semaphore(BUFFERED_EVENTS)
-        self._done = False
-        self._started = False  # events() was entered (it ends the run however it ends)
-        self.audio: np.ndarray | None = None  # decoded, waiting for a worker
-        self.claimed = False  # under the engine's lock: a worker took it, or it ended queued
-
-    def timings(self) -> Timings:
-        if not self._done:
-            self.times.total = time.perf_counter() - self.arrived
-        return Timings(**{f.name: getattr(self.times, f.name) for f in fields(Timings)})
-
-    async def events(self) -> AsyncIterator[T]:
-        """The shaped events; raises what the audio loader or the model raised."""
-        engine, submitted = self._engine, False
-        self._started = True
-        try:
-            t0 = time.perf_counter()
-            self.audio = await in_passing_thread(self._load_audio)  # its torch (resampling) too
-            self.queued_at = time.perf_counter()
-            self.times.audio = self.queued_at - t0
-            # the queued item holds no samples
-            engine.pool_for(self.pipeline.name).submit(engine.work, self)
-            submitted = True
-            while (item := await self._queue.get()) is not _END:
-                self._space.release()
-                if isinstance(item, BaseException):
-                    raise item
-                yield item  # type: ignore[misc]
-            self.timings()
-            self._done = True
-        except BaseException as e:
-            if not submitted:
-                engine.end(self, "cancelled" if _is_cancel(e) else "invalid")
-            else:
-                engine.unqueue(self)  # still queued: free its slot now, not when a worker comes
-            raise
-        finally:
-            self.cancelled.set()  # the worker, if still running, stops within one token
-
-    def abandon(self) -> None:
-        """End a run whose events() was never entered (its consumer went away first)."""
-        if not self._started:
-            self._started = True
-            self._engine.end(self, "cancelled")
-
-    # called on the worker thread
-    def put(self, item: object) -> None:
-        while not self._space.acquire(timeout=0.05):
-            if self.cancelled.is_set():
-                raise _Cancelled
-        if self.cancelled.is_set():
-            raise _Cancelled
-        self.put_last(item)
-
-    def put_last(self, item: object) -> None:
-        try:
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
-        except RuntimeError:  # the event loop is closed: nobody is listening
-            self.cancelled.set()
-
-
-class LiveSlot:
-    """One live stream's admission slot; `release(outcome)` exactly once (later calls no-op)."""
-
-    def __init__(self, engine: Engine, model: str) -> None:
-        self._engine = engine
-        self.model = model
-        self._released = False
-        self._lock = threading.Lock()
-
-    def release(self, outcome: str) -> None:
-        with self._lock:
-            if self._released:
-                return
-            self._released = True
-        self._engine.end(None, outcome, self.model)
-
-
-def _is_cancel(e: BaseException) -> bool:
-    return isinstance(e, asyncio.CancelledError | GeneratorExit)
-
-
-async def in_passing_thread(fn: Callable[..., T], *args: object) -> T:
-    """fn(*args) on a thread that ends with it. Torch's OpenMP team belongs to the thread that
-    calls it and lives as long as that thread: with a second team alive (here, the one that
-    loaded the model) libgomp counts more threads than cores and stops spinning between
-    ops, and every later decoder step paid for waking its threads (jfk as 16 kHz WAV through
-    the server, greedy: 0.48 s with the loading thread kept, 0.34 without; beam 5: 0.62 and
-    0.45). Once this thread ends, its team is gone. Used for loading a model and decoding a
-    request's audio (whose resampling runs torch)."""
-    pool = ThreadPoolExecutor(1, thread_name_prefix="xattn-passing")
-    try:
-        return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
-    finally:
-        pool.shutdown(wait=False)  # its thread ends when fn returns; the loop never waits
-
-
 class Engine:
     """Owns the Pipelines, one per model name (the first is the default); admits, queues, runs
     and counts transcriptions. Admission, the decode workers and batching are per model."""
 
     def __init__(self, limits: Limits, pipeline: Pipeline | None = None) -> None:
         self.limits = limits
-        self._pipelines: dict[str, Pipeline] = {}
-        self._in_flight: dict[str, int] = {}  # per model: admitted and not over
+        self._models: dict[str, _Model] = {}
         self._lock = threading.Lock()
         self._counters = Counters()
-        self._mean_seconds = 2.0  # moving average of a transcription's time, for retry hints
-        workers = max(1, limits.workers)
-        self.decode_pool = ThreadPoolExecutor(workers, thread_name_prefix="xattn-decode")
-        self._pools: dict[str, ThreadPoolExecutor] = {}  # the first model's is decode_pool
         if pipeline is not None:
             self._add(self._batched(pipeline))
         live_workers = max(1, limits.live_workers)
@@ -247,15 +134,15 @@ class Engine:
             self.decoders = DecoderProcesses(limits.decode_processes)
 
     def decode_audio(self, data: bytes, max_seconds: float | None = None) -> np.ndarray:
-        """An encoded file's samples (xattn.model.audio.features.decode_audio), in a worker process
-        unless `decode_processes` is 0; blocking."""
+        """An encoded file's samples (xattn.model.audio.features.decode_audio), in a worker
+        process unless `decode_processes` is 0; blocking."""
         if self.decoders is None:
             return decode_audio(data, max_seconds=max_seconds)
         return to_16k(*self.decoders.decode(data, max_seconds))
 
     @property
     def ready(self) -> bool:
-        return bool(self._pipelines)
+        return bool(self._models)
 
     @property
     def pipeline(self) -> Pipeline:
@@ -265,54 +152,70 @@ class Engine:
     @property
     def pipelines(self) -> tuple[Pipeline, ...]:
         """Every model's pipeline, the default first."""
-        return tuple(self._pipelines.values())
+        return tuple(m.pipe for m in self._models.values())
 
     def pipeline_for(self, model: str) -> Pipeline:
         """The pipeline of the model named `model` ("" = the first); UnknownModel otherwise."""
-        if not self._pipelines:
+        if not self._models:
             raise NotReady("the model is still loading")
         if not model:
-            return next(iter(self._pipelines.values()))
-        pipe = self._pipelines.get(model)
-        if pipe is None:
-            names = ", ".join(self._pipelines)
+            return next(iter(self._models.values())).pipe
+        m = self._models.get(model)
+        if m is None:
+            names = ", ".join(self._models)
             raise UnknownModel(f"model: unknown model {model!r} (this server has {names})")
-        return pipe
+        return m.pipe
 
-    def pool_for(self, model: str) -> ThreadPoolExecutor:
-        return self._pools[model]
+    def workers_for(self, model: str = "") -> int:
+        """Transcriptions of `model` ("" = the first) decoded at once."""
+        return self._models[self.pipeline_for(model).name].workers
 
     async def load(self, loader: Callable[[], Pipeline], warm_up: bool = True) -> Pipeline:
         """Load a model off the event loop, run one tiny decode, and start serving it (the
         first one loaded is the default)."""
         pipe = await in_passing_thread(loader)
-        if pipe.name in self._pipelines:
+        if pipe.name in self._models:
             raise ValueError(f"two models are named {pipe.name!r}: rename one's directory")
         log.info("model %s: %s", pipe.name, pipe.summary())
+        seconds = 0.0
         if warm_up:
             seconds = await in_passing_thread(pipe.warm_up)
             log.info("warmed up %s in %.2f s", pipe.name, seconds)
         pipe = await in_passing_thread(self._batched, pipe)  # packs the weights
-        self._add(pipe)
+        self._add(pipe, seconds)
         return pipe
 
-    def _add(self, pipe: Pipeline) -> None:
-        if self._pipelines:  # the first model's workers are decode_pool
-            workers = max(1, self.limits.workers)
-            prefix = f"xattn-decode-{len(self._pools)}"
-            self._pools[pipe.name] = ThreadPoolExecutor(workers, thread_name_prefix=prefix)
-        else:
-            self._pools[pipe.name] = self.decode_pool
-        self._in_flight[pipe.name] = 0
-        self._pipelines[pipe.name] = pipe
+    def _resolve_workers(self, pipe: Pipeline) -> int:
+        mb = self.limits.memory_budget_mb
+        budget = int(mb * capacity.MB) if mb > 0 else capacity.default_budget()
+        cap = self.limits.workers if self.limits.workers > 0 else capacity.MAX_WORKERS
+        return capacity.auto_workers(pipe.dims, self.limits.max_audio_seconds, budget, cap)
 
     def _batched(self, pipe: Pipeline) -> Pipeline:
-        """With several workers, their transcriptions' decoder steps run as one batch."""
-        return pipe.batched(self.limits.workers) if self.limits.workers > 1 else pipe
+        """The pipeline with a StepBatcher for its workers' and live streams' decodes."""
+        if pipe.context.batcher is not None:
+            return pipe
+        return pipe.batched(self._resolve_workers(pipe) + max(1, self.limits.live_workers))
+
+    def _add(self, pipe: Pipeline, warm_up_seconds: float = 0.0) -> None:
+        workers = self._resolve_workers(pipe)
+        prefix = f"xattn-decode-{len(self._models)}" if self._models else "xattn-decode"
+        pool = ThreadPoolExecutor(workers, thread_name_prefix=prefix)
+        # a first guess of a window's model time until windows are measured: the warm-up's
+        estimate = capacity.WaitEstimate(max(0.2, warm_up_seconds))
+        per = capacity.request_bytes(pipe.dims, self.limits.max_audio_seconds).total
+        log.info(
+            "model %s: %d transcriptions at once (each up to %.0f MB)",
+            *(pipe.name, workers, per / capacity.MB),
+        )
+        self._models[pipe.name] = _Model(pipe, pool, workers, estimate)
 
     def counters(self) -> Counters:
         with self._lock:
-            return Counters(**{f.name: getattr(self._counters, f.name) for f in fields(Counters)})
+            c = Counters(**{f.name: getattr(self._counters, f.name) for f in fields(Counters)})
+            c.queued = sum(len(m.queued) for m in self._models.values())
+            c.running = sum(m.running for m in self._models.values())
+            return c
 
     def submit(
         self,
@@ -336,39 +239,59 @@ class Engine:
     def _admit(self, model: str, live: bool = False) -> None:
         if not self.ready:
             raise NotReady("the model is still loading")
-        capacity = max(1, self.limits.workers) + max(0, self.limits.max_queue)
         with self._lock:
-            c = self._counters
-            in_flight = self._in_flight[model]
-            if in_flight >= capacity:
+            c, m = self._counters, self._models[model]
+            refusal = self._refusal(m, live)
+            if refusal is not None:
                 c.rejected += 1
-                waiting = in_flight - max(1, self.limits.workers) + 1
-                retry = self._mean_seconds * waiting / max(1, self.limits.workers)
-                retry_ms = int(min(60.0, max(0.1, retry)) * 1000)
-                raise Overloaded(
-                    f"server busy: {in_flight} transcriptions of {model} in flight "
-                    f"({self.limits.workers} running, queue of {self.limits.max_queue} full); "
-                    f"retry in about {retry_ms} ms",
-                    retry_ms,
-                )
+                raise refusal
             c.admitted += 1
             c.in_flight += 1
-            self._in_flight[model] += 1
+            m.in_flight += 1
             if live:
                 c.live += 1
                 c.started += 1
 
+    def _refusal(self, m: _Model, live: bool) -> Overloaded | None:
+        """Why a new request of model `m` is refused now (None: admitted); under the lock."""
+        spw = m.estimate.seconds_per_window
+        limit, bound = m.workers + max(0, self.limits.max_queue), self.limits.max_queue_wait
+        if m.in_flight >= limit:
+            retry = m.estimate.wait(max(1, len(m.queued)) / m.workers) + spw
+            return _overloaded(
+                f"{m.in_flight} transcriptions of {m.pipe.name} in flight ({m.workers} "
+                f"decoding, queue of {self.limits.max_queue} full)",
+                retry,
+            )
+        loading = m.in_flight - m.running - len(m.queued)  # audio being read (live: 0 windows)
+        if live or m.running + len(m.queued) + loading < m.workers:
+            return None  # a worker is free for it
+        wait = m.estimate.wait(m.windows_queued() + loading)
+        if wait <= bound:
+            return None
+        return _overloaded(
+            f"the {len(m.queued)} transcriptions queued for {m.pipe.name} would keep this one "
+            f"waiting about {wait:.0f} s (the bound is {bound:g} s)",
+            wait - bound + spw,
+        )
+
+    def enqueue(self, run: Run) -> None:
+        """Queue an admitted run whose audio is decoded for its model's workers."""
+        m = self._models[run.pipeline.name]
+        run.windows = capacity.windows_of(len(run.audio) if run.audio is not None else 0)
+        with self._lock:
+            m.queued.add(run)
+        m.pool.submit(self.work, run)
+
     def end(self, run: Run | None, outcome: str, model: str = "") -> None:
+        """Count a run's (None: a live stream's) outcome and free its slot."""
         with self._lock:
             c = self._counters
             setattr(c, outcome, getattr(c, outcome) + 1)
             c.in_flight -= 1
-            name = run.pipeline.name if run is not None else model
-            if name in self._in_flight:
-                self._in_flight[name] -= 1
-            if outcome == "finished" and run is not None:
-                seconds = time.perf_counter() - run.arrived
-                self._mean_seconds = 0.8 * self._mean_seconds + 0.2 * seconds
+            m = self._models.get(run.pipeline.name if run is not None else model)
+            if m is not None:
+                m.in_flight -= 1
 
     def unqueue(self, run: Run) -> None:
         """End (as cancelled) a run that no worker has taken yet; no-op once one has."""
@@ -376,22 +299,28 @@ class Engine:
             if run.claimed:
                 return
             run.claimed, run.audio = True, None
+            self._models[run.pipeline.name].queued.discard(run)
         self.end(run, "cancelled")
 
     def work(self, run: Run) -> None:
         """Run one transcription on this (worker) thread."""
         run.times.queue = time.perf_counter() - run.queued_at
+        m = self._models[run.pipeline.name]
         with self._lock:
             if run.claimed:  # ended while queued (unqueue)
                 return
             run.claimed = True
+            m.queued.discard(run)
             audio, run.audio = run.audio, None
-        if run.cancelled.is_set() or audio is None:
+            if run.cancelled.is_set() or audio is None:
+                audio = None
+            else:
+                self._counters.started += 1
+                m.running += 1
+        if audio is None:
             self.end(run, "cancelled")
             return
-        with self._lock:
-            self._counters.started += 1
-        outcome, events = "failed", None
+        outcome, events, windows = "failed", None, 0
         try:
             events = run.pipeline.transcribe(audio, run.options)
             while not run.cancelled.is_set():
@@ -403,6 +332,7 @@ class Engine:
                     break
                 if isinstance(event, WindowStart):
                     run.times.encode += dt
+                    windows += 1
                 else:
                     run.times.decode += dt
                 if isinstance(event, TokenEvent):
@@ -413,27 +343,41 @@ class Engine:
                     run.put(item)
             else:
                 outcome = "cancelled"
-        except _Cancelled:
+        except Cancelled:
             outcome = "cancelled"
         except Exception as e:
             log.exception("transcription failed")
             run.put_last(e)
         finally:
             if events is not None:
-                events.close()
+                events.close()  # its steps leave the batch here, if they had not
+            self._measured(m, windows)
             self.end(run, outcome)
-            run.put_last(_END)
+            run.put_last(END)
+
+    def _measured(self, m: _Model, windows: int) -> None:
+        """A run on `m` ended after `windows` windows: update its model time per window."""
+        batcher = m.pipe.context.batcher
+        with self._lock:
+            m.running -= 1
+            m.windows_done += windows
+            done = m.windows_done
+        if batcher is not None:
+            m.estimate.update(batcher.stats.busy, done)
 
     async def close(self) -> None:
         """Stop taking work; wait for the worker threads (call after in-flight RPCs end)."""
-        batchers = [p.context.batcher for p in self._pipelines.values()]
-        pools = [self.decode_pool, *(p for p in self._pools.values() if p is not self.decode_pool)]
-        self._pipelines = {}
-        for pool in (*pools, self.live_pool):
+        models = list(self._models.values())
+        self._models = {}
+        for pool in (*(m.pool for m in models), self.live_pool):
             await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
-        for batcher in batchers:  # after the workers: none of them waits on it any more
-            if batcher is not None:
-                await asyncio.to_thread(batcher.close)
+        for m in models:  # after the workers: none of them waits on its batcher any more
+            if m.pipe.context.batcher is not None:
+                await asyncio.to_thread(m.pipe.context.batcher.close)
         if self.decoders is not None:
             await asyncio.to_thread(self.decoders.close)
 
+
+def _overloaded(why: str, retry_seconds: float) -> Overloaded:
+    retry_ms = int(min(60.0, max(0.1, retry_seconds)) * 1000)
+    return Overloaded(f"server busy: {why}; retry in about {retry_ms} ms", retry_ms)

@@ -49,8 +49,10 @@ class ServerConfig:
     more_models: tuple[str, ...] = ()  # served beside `model` (--model given again)
     device: str = "cpu"
     compute: str = "auto"  # a key of xattn.model.net.whisper.COMPUTES, or "auto" (resolve_compute)
-    workers: int = 1
-    max_queue: int = 8
+    workers: int = 0  # transcriptions decoded at once, steps batched; 0: auto (memory budget)
+    max_queue: int = 64  # transcriptions that may wait for a worker, at most
+    max_queue_wait: float = 30.0  # refuse a request the queue would keep waiting longer (s)
+    memory_budget_mb: float = 0.0  # memory for the requests in flight; 0: half the available
     max_audio_seconds: float = 1800.0
     # 30 min of 16 kHz 16-bit mono WAV is ~55 MiB; 64 MiB leaves room for the rest.
     max_message_mb: float = 64.0
@@ -97,6 +99,8 @@ class Server:
             max_audio_seconds=config.max_audio_seconds,
             workers=config.workers,
             max_queue=config.max_queue,
+            max_queue_wait=config.max_queue_wait,
+            memory_budget_mb=config.memory_budget_mb,
             max_receive_message_bytes=config.max_message_bytes,
             max_send_message_bytes=config.max_message_bytes,
             max_live_seconds=config.max_live_seconds,

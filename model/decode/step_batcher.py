@@ -77,6 +77,7 @@ class _Step:
 class BatchStats:
     steps: int = 0  # decode steps run
     batches: int = 0  # forwards that ran them
+    busy: float = 0.0  # seconds the model thread spent on work (batches and calls)
 
     @property
     def mean_batch(self) -> float:
@@ -164,8 +165,12 @@ class StepBatcher:
         """fn(*args), a decode's model work outside `step`, on the model thread; waits."""
 
         def run() -> T:
-            with torch.inference_mode():
-                return fn(*args)
+            t0 = time.perf_counter()
+            try:
+                with torch.inference_mode():
+                    return fn(*args)
+            finally:
+                self.stats.busy += time.perf_counter() - t0
 
         if isinstance(self._thread, CallerThread) and self._thread.owned():
             return run()
@@ -235,7 +240,7 @@ class StepBatcher:
     def _run(self, batch: list[_Step]) -> None:
         """One forward for the batch; a step's own failure (its context full, its finish) is
         its decode's alone, the forward's is every one's."""
-        decoder = self.model.decoder
+        decoder, t0 = self.model.decoder, time.perf_counter()
         for s in batch:
             try:
                 if s.reorder is not None:
@@ -255,6 +260,7 @@ class StepBatcher:
                 s.done = True
             self.stats.steps += len(batch)
             self.stats.batches += 1
+            self.stats.busy += time.perf_counter() - t0
 
     @staticmethod
     def _forward(decoder: torch.nn.Module, batch: list[_Step]) -> None:

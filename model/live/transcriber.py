@@ -47,6 +47,7 @@ from xattn.model.audio.features import (
 from xattn.model.audio.vad import VadOptions
 from xattn.model.decode.decoding import DecodeOptions, LogitRules, decode_window, detect_language
 from xattn.model.decode.results import FRAMES_PER_SECOND, WordTiming
+from xattn.model.decode.step_batcher import model_work
 from xattn.model.live.vad_stream import BEGIN, END, END_OF_UTTERANCE, SpeechEvent, StreamingVad
 from xattn.model.transcribe.alignment import find_alignment, token_probabilities
 from xattn.model.transcribe.sequential import Context
@@ -204,53 +205,55 @@ class LiveTranscriber:
         if not final and (self.samples - self.offset) / SAMPLE_RATE > self.options.max_buffer:
             self._slide()
 
+    @torch.inference_mode()
     def _decode(self) -> list[LiveToken]:
         ctx, tok, model = self.ctx, self.ctx.tokenizer, self.ctx.model
+        run = model_work(ctx.batcher)  # on the model thread, with a batcher: as a file's work
         t0 = time.perf_counter()
         buffer = self.audio[self.offset - self.base :]
-        mel = log_mel_spectrogram(buffer, model.dims.n_mels, padding=N_SAMPLES)
+        mel = run(log_mel_spectrogram, buffer, model.dims.n_mels, N_SAMPLES)
         content = min(N_FRAMES, mel.shape[-1] - N_FRAMES)
         mel = pad_or_trim(mel[:, :content], N_FRAMES)[None]  # [1, n_mels, 3000]
-        with torch.inference_mode():
-            features = model.encoder(mel.to(model.device))  # [1, 1500, d]
-            self.stats.encode_seconds += time.perf_counter() - t0
-            if self.language is None:
-                self.language, _ = detect_language(model, features, tok)
-            cache = model.new_cache(features)
-            self._cache, self._frames = cache, content // 2
-            sot = (*tok.sot_sequence(self.language), tok.no_timestamps)
-            prompt = self.prompt[-(model.dims.n_text_ctx // 2 - 1) :]
-            initial = (*((tok.sot_prev, *prompt) if prompt else ()), *sot)
-            initial = (*initial, *(t.id for t in self.committed))
-            rules = LogitRules(
-                sample_begin=len(initial),
-                suppress=torch.tensor(ctx.suppress),
-                suppress_blank=torch.tensor(ctx.suppress_blank),
-                eot=tok.eot,
-                timestamp_begin=tok.timestamp_begin,
-                no_timestamps=tok.no_timestamps,
-                max_initial_timestamp_index=None,
-                timestamps=False,
-            )
-            room = model.dims.n_text_ctx - len(initial) - 1
-            options = DecodeOptions(return_attention=True, sample_len=max(1, min(room, 224)))
-            steps = decode_window(
-                model, features, cache, tok, initial, initial.index(tok.sot), rules, 0.0, options
-            )
-            tokens = []
-            while True:
-                try:
-                    step = next(steps)
-                except StopIteration as stop:
-                    result = stop.value
-                    break
-                if step.token == tok.eot:
-                    continue
-                row = step.attention[self.heads[:, 0], self.heads[:, 1]].mean(0)  # [1500]
-                peak = (self.offset / SAMPLE_RATE) + float(row.argmax()) / FRAMES_PER_SECOND
-                keep = step.attention if self.options.return_attention else None
-                text = tok.token_text(step.token)
-                tokens.append(LiveToken(step.token, text, step.logprob, peak, keep))
+        features = run(model.encoder, mel.to(model.device))  # [1, 1500, d]
+        self.stats.encode_seconds += time.perf_counter() - t0
+        if self.language is None:
+            self.language, _ = run(detect_language, model, features, tok)
+        cache = run(model.new_cache, features)
+        self._cache, self._frames = cache, content // 2
+        sot = (*tok.sot_sequence(self.language), tok.no_timestamps)
+        prompt = self.prompt[-(model.dims.n_text_ctx // 2 - 1) :]
+        initial = (*((tok.sot_prev, *prompt) if prompt else ()), *sot)
+        initial = (*initial, *(t.id for t in self.committed))
+        rules = LogitRules(
+            sample_begin=len(initial),
+            suppress=torch.tensor(ctx.suppress),
+            suppress_blank=torch.tensor(ctx.suppress_blank),
+            eot=tok.eot,
+            timestamp_begin=tok.timestamp_begin,
+            no_timestamps=tok.no_timestamps,
+            max_initial_timestamp_index=None,
+            timestamps=False,
+        )
+        room = model.dims.n_text_ctx - len(initial) - 1
+        options = DecodeOptions(return_attention=True, sample_len=max(1, min(room, 224)))
+        steps = decode_window(
+            *(model, features, cache, tok, initial, initial.index(tok.sot), rules, 0.0),
+            *(options, ctx.batcher),
+        )
+        tokens = []
+        while True:
+            try:
+                step = next(steps)
+            except StopIteration as stop:
+                result = stop.value
+                break
+            if step.token == tok.eot:
+                continue
+            row = step.attention[self.heads[:, 0], self.heads[:, 1]].mean(0)  # [1500]
+            peak = (self.offset / SAMPLE_RATE) + float(row.argmax()) / FRAMES_PER_SECOND
+            keep = step.attention if self.options.return_attention else None
+            text = tok.token_text(step.token)
+            tokens.append(LiveToken(step.token, text, step.logprob, peak, keep))
         if result.no_speech_prob > 0.6 and result.avg_logprob < -1.0:
             return []  # silence, by openai-whisper's rule
         return tokens
@@ -287,14 +290,17 @@ class LiveTranscriber:
             words=words,
         )
 
+    @torch.inference_mode()
     def _words(self, first_new: int) -> tuple[WordTiming, ...]:
         """Words of the committed tokens from index `first_new` on, timed by DTW over the
         buffer's alignment heads (stream clock)."""
         tok = self.ctx.tokenizer
         text = [t.id for t in self.committed]
         prefix = [*tok.sot_sequence(self.language), tok.no_timestamps]
-        with torch.inference_mode():
-            logits, scores = self.ctx.aligner.scores(self._cache, [*prefix, *text, tok.eot])
+        sequence = [*prefix, *text, tok.eot]
+        logits, scores = model_work(self.ctx.batcher)(
+            self.ctx.aligner.scores, self._cache, sequence
+        )
         probs = token_probabilities(logits, n_prefix=len(prefix), text_tokens=text, eot=tok.eot)
         words, _, _ = find_alignment(
             scores,
