@@ -15,9 +15,9 @@ memory, since each holds its audio, its log-mel and its window's caches (`reques
 with rows = max(beam_size, best_of) (5 by default). tiny.en, beam 5: 1.9 MB + 1.0 + 18.4 +
 27.5 + 2.3 = 51 MB for a 30 s clip; 283 MB for a 30-minute file. base: 97 MB and 336 MB.
 `auto_workers` fits the workers to a memory budget (`--memory-budget-mb`; by default half of
-the memory available when the model has loaded) for files of the longest accepted audio, at
-most MAX_WORKERS (beyond which a batched step costs as much per row as separate ones on a
-CPU: xattn.model.decode.step_batcher).
+the memory available when the model has loaded) for 30 s clips, at most MAX_WORKERS; and the
+engine hands a queued transcription to a worker only while the budget holds its own bytes
+(one always runs), so long files decode a few at a time and clips many.
 
 The model thread is the one server of all that work, so a new request's wait is the model
 time of the windows queued ahead of it (`WaitEstimate`: model seconds per window, measured as

@@ -25,6 +25,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
@@ -44,6 +45,8 @@ __all__ = ["Engine", "Limits", "LiveSlot", "NotReady", "Overloaded", "Run", "Tim
 __all__ += ["UnknownModel", "Counters", "Event", "in_passing_thread"]
 
 log = logging.getLogger(__name__)
+
+WINDOW_AUDIO = 30.0  # seconds: the audio `auto_workers` sizes the workers for (one window)
 
 
 @dataclass(frozen=True)
@@ -91,9 +94,11 @@ class _Model:
     pool: ThreadPoolExecutor
     workers: int
     estimate: capacity.WaitEstimate
+    budget: int  # bytes the transcriptions on workers may hold (capacity.request_bytes)
     in_flight: int = 0  # admitted and not over
-    running: int = 0
-    queued: set[Run] = field(default_factory=set)
+    running: int = 0  # handed to a worker
+    held: int = 0  # bytes the running ones hold
+    queued: deque[Run] = field(default_factory=deque)  # audio decoded, in order of arrival
     windows_done: int = 0
 
     def windows_queued(self) -> int:
@@ -185,11 +190,14 @@ class Engine:
         self._add(pipe, seconds)
         return pipe
 
-    def _resolve_workers(self, pipe: Pipeline) -> int:
+    def _budget(self) -> int:
         mb = self.limits.memory_budget_mb
-        budget = int(mb * capacity.MB) if mb > 0 else capacity.default_budget()
-        cap = self.limits.workers if self.limits.workers > 0 else capacity.MAX_WORKERS
-        return capacity.auto_workers(pipe.dims, self.limits.max_audio_seconds, budget, cap)
+        return int(mb * capacity.MB) if mb > 0 else capacity.default_budget()
+
+    def _resolve_workers(self, pipe: Pipeline) -> int:
+        if self.limits.workers > 0:
+            return self.limits.workers
+        return capacity.auto_workers(pipe.dims, WINDOW_AUDIO, self._budget())
 
     def _batched(self, pipe: Pipeline) -> Pipeline:
         """The pipeline with a StepBatcher for its workers' and live streams' decodes."""
@@ -203,12 +211,16 @@ class Engine:
         pool = ThreadPoolExecutor(workers, thread_name_prefix=prefix)
         # a first guess of a window's model time until windows are measured: the warm-up's
         estimate = capacity.WaitEstimate(max(0.2, warm_up_seconds))
-        per = capacity.request_bytes(pipe.dims, self.limits.max_audio_seconds).total
+        budget = self._budget()
+        clip = capacity.request_bytes(pipe.dims, WINDOW_AUDIO).total
+        longest = capacity.request_bytes(pipe.dims, self.limits.max_audio_seconds).total
         log.info(
-            "model %s: %d transcriptions at once (each up to %.0f MB)",
-            *(pipe.name, workers, per / capacity.MB),
+            "model %s: up to %d transcriptions at once in %.0f MB (each %.0f MB for 30 s, "
+            "%.0f MB for %g s)",
+            *(pipe.name, workers, budget / capacity.MB, clip / capacity.MB),
+            *(longest / capacity.MB, self.limits.max_audio_seconds),
         )
-        self._models[pipe.name] = _Model(pipe, pool, workers, estimate)
+        self._models[pipe.name] = _Model(pipe, pool, workers, estimate, budget)
 
     def counters(self) -> Counters:
         with self._lock:
@@ -278,10 +290,26 @@ class Engine:
     def enqueue(self, run: Run) -> None:
         """Queue an admitted run whose audio is decoded for its model's workers."""
         m = self._models[run.pipeline.name]
-        run.windows = capacity.windows_of(len(run.audio) if run.audio is not None else 0)
+        samples = len(run.audio) if run.audio is not None else 0
+        run.windows = capacity.windows_of(samples)
+        rows = max(run.options.beam_size or 1, run.options.best_of or 1)
+        run.bytes = capacity.request_bytes(m.pipe.dims, samples / 16000, rows).total
         with self._lock:
-            m.queued.add(run)
-        m.pool.submit(self.work, run)
+            m.queued.append(run)
+            self._dispatch(m)
+
+    def _dispatch(self, m: _Model) -> None:
+        """Hand queued runs to workers, in order, while a worker is free and the memory
+        budget holds the next (one always runs); under the lock."""
+        while m.queued and m.running < m.workers:
+            run = m.queued[0]
+            if m.running and m.held + run.bytes > m.budget:
+                return
+            m.queued.popleft()
+            m.running += 1
+            m.held += run.bytes
+            run.claimed = True
+            m.pool.submit(self.work, run)
 
     def end(self, run: Run | None, outcome: str, model: str = "") -> None:
         """Count a run's (None: a live stream's) outcome and free its slot."""
@@ -299,28 +327,23 @@ class Engine:
             if run.claimed:
                 return
             run.claimed, run.audio = True, None
-            self._models[run.pipeline.name].queued.discard(run)
+            queued = self._models[run.pipeline.name].queued
+            if run in queued:
+                queued.remove(run)
         self.end(run, "cancelled")
 
     def work(self, run: Run) -> None:
-        """Run one transcription on this (worker) thread."""
+        """Run one transcription on this (worker) thread; `_dispatch` claimed it."""
         run.times.queue = time.perf_counter() - run.queued_at
         m = self._models[run.pipeline.name]
-        with self._lock:
-            if run.claimed:  # ended while queued (unqueue)
-                return
-            run.claimed = True
-            m.queued.discard(run)
-            audio, run.audio = run.audio, None
-            if run.cancelled.is_set() or audio is None:
-                audio = None
-            else:
-                self._counters.started += 1
-                m.running += 1
-        if audio is None:
+        audio, run.audio = run.audio, None
+        outcome, events, windows = "failed", None, 0
+        if run.cancelled.is_set() or audio is None:
+            self._measured(m, run, 0)
             self.end(run, "cancelled")
             return
-        outcome, events, windows = "failed", None, 0
+        with self._lock:
+            self._counters.started += 1
         try:
             events = run.pipeline.transcribe(audio, run.options)
             while not run.cancelled.is_set():
@@ -351,17 +374,20 @@ class Engine:
         finally:
             if events is not None:
                 events.close()  # its steps leave the batch here, if they had not
-            self._measured(m, windows)
+            self._measured(m, run, windows)
             self.end(run, outcome)
             run.put_last(END)
 
-    def _measured(self, m: _Model, windows: int) -> None:
-        """A run on `m` ended after `windows` windows: update its model time per window."""
+    def _measured(self, m: _Model, run: Run, windows: int) -> None:
+        """`run` left its worker after `windows` windows: free its place (the next queued
+        run starts) and update the model time per window."""
         batcher = m.pipe.context.batcher
         with self._lock:
             m.running -= 1
+            m.held -= run.bytes
             m.windows_done += windows
             done = m.windows_done
+            self._dispatch(m)
         if batcher is not None:
             m.estimate.update(batcher.stats.busy, done)
 

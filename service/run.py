@@ -75,7 +75,8 @@ class Run(Generic[T]):
         self._started = False  # events() was entered (it ends the run however it ends)
         self.audio: np.ndarray | None = None  # decoded, waiting for a worker
         self.windows = 1  # 30 s windows of its audio, once decoded (the queue's wait)
-        self.claimed = False  # under the engine's lock: a worker took it, or it ended queued
+        self.bytes = 0  # the memory it holds on a worker (xattn.service.capacity)
+        self.claimed = False  # under the engine's lock: handed to a worker, or ended queued
 
     def timings(self) -> Timings:
         if not self._done:

@@ -239,3 +239,29 @@ def test_the_wait_estimate_follows_the_model_time_per_window() -> None:
     w.update(busy=2.0, windows=10)  # nothing new: unchanged
     assert w.seconds_per_window == pytest.approx(0.76)
     assert w.wait(5) == pytest.approx(3.8)
+
+
+@pytest.mark.asyncio
+async def test_the_memory_budget_holds_back_a_request_that_does_not_fit(jfk_path: Path) -> None:
+    """Two workers, and a budget that holds one 46 s greedy transcription (~32 MB) but not
+    two: the second starts once the first has left its worker."""
+    audio = clips(jfk_path)["long"]
+    each = capacity.request_bytes(pipe().dims, len(audio) / 16000, rows=1).total
+    eng = engine(workers=2, memory_budget_mb=1.5 * each / capacity.MB)
+    order: list[tuple[str, str]] = []
+    lock = threading.Lock()
+
+    def shape(name: str) -> Callable[[Event], Event]:
+        def record(e: Event) -> Event:
+            with lock:
+                order.append((name, type(e).__name__))
+            return e
+
+        return record
+
+    runs = [eng.submit(lambda: audio, GREEDY, shape(n)) for n in ("a", "b")]
+    await asyncio.gather(*(consume(r) for r in runs))
+    await eng.close()
+    first = order[0][0]
+    last_of_first = max(i for i, (n, _) in enumerate(order) if n == first)
+    assert min(i for i, (n, _) in enumerate(order) if n != first) > last_of_first
