@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clip", type=Path, default=DEFAULT_CLIP)
     parser.add_argument("--model", default="tiny.en")
-    parser.add_argument("--workers", type=int, default=1, help="the server's --workers (1)")
+    parser.add_argument("--workers", type=int, default=0, help="the server's --workers (0: auto)")
     parser.add_argument("--compute", default="auto", help="the server's --compute (auto)")
     parser.add_argument("--repeats", type=int, default=5, help="runs per side for the ratio")
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 4, 8, 16])
