@@ -62,7 +62,9 @@ class Limits:
     max_send_message_bytes: int = 0
     max_live_seconds: float = 1800.0  # audio one live stream may send
     live_idle_timeout: float = 10.0  # seconds a live stream may send nothing
-    live_workers: int = 2  # live decode steps run at once (each stream runs one at a time)
+    # live decode steps in flight (each stream runs one at a time); their model work takes
+    # turns on the model thread, their decoder steps join the batch
+    live_workers: int = 8
     # encoded files decoded at once, each in a worker process (xattn.service.decoders); 0: on
     # the server's own threads, where a crash in FFmpeg or libsndfile ends the server
     decode_processes: int = 2

@@ -73,7 +73,7 @@ class ServerConfig:
     stats_file: str | None = None  # JSON counters, RSS and threads, rewritten periodically
     stats_interval: float = 2.0
     live_idle_timeout: float = 10.0  # seconds a live stream may send nothing
-    live_workers: int = 2  # live decode steps run at once
+    live_workers: int = 8  # live decode steps in flight (their decoder steps batched)
     live_max_seconds: float | None = None  # audio per live stream; None: max_audio_seconds,
     # at most LIVE_MAX_SECONDS
     decode_processes: int = 2  # encoded files decoded at once, in worker processes (0: here)
