@@ -335,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     python, peer_note = None, "skipped (--skip peer)"
     if "peer" not in args.skip:
         python, peer_note = peer_python(args.peer_venv)
+        peer_note = peer_note if python is not None else f"skipped: {peer_note}"
     print(f"peer: {peer_note}", flush=True)
     spec: dict[str, Any] = {"clips": paths, "levels": per_level, "decodings": list(DECODINGS)}
     if "live" not in args.skip:
