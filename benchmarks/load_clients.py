@@ -125,8 +125,19 @@ def grpc_attempt(
 
 def http_attempt(conn: Any, body: bytes, stream: bool) -> tuple[float, float | None, str]:
     """One POST over `conn` (benchmarks.http_api.Http), reconnecting once if the server had
-    closed the kept-alive connection."""
+    closed the kept-alive connection; after an error the connection is closed (the next
+    request opens another)."""
     t0 = time.perf_counter()
+    try:
+        return _http_reply(conn, body, stream, t0)
+    except Refused:
+        raise  # its body was read: the connection goes on
+    except BaseException:
+        conn.conn.close()
+        raise
+
+
+def _http_reply(conn: Any, body: bytes, stream: bool, t0: float) -> tuple[float, float | None, str]:
     for again in (False, True):
         try:
             reply = conn.post(body)
