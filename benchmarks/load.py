@@ -10,28 +10,17 @@ model, compute, workers and queue are the defaults; `--workers N` passes one on,
 compare); the clients in a process of their own (benchmarks.load_clients), sending the
 English clips of ../shared/eval (read there) in turn, back to back:
 
-1. encoder-bound limit: one 30 s window through the encoder in a process of its own
-   (benchmarks.service's case; the median of passes before, between and after the sections,
-   while nothing else of ours runs), windows per request (1 up to 30 s of audio);
-   limit = 1 / (encoder s x windows) requests/s; the encoder's GFLOP (benchmarks.decode's
-   count from the dims), GFLOP/s and share of the fp32 matmul ceiling, measured here with the
-   memory bandwidth (benchmarks.results, in the same process as the encoder);
-2. load: per level, beam 5 (the server's default: nothing set) and greedy (beam 1, best-of 1),
-   gRPC StreamTranscribe and HTTP (json and stream=true in turn): requests/s, audio s/s,
-   share of the limit (encoder passes x encoder s / wall), latency p50/p99/mean from the first
-   attempt, time to the first text, refusals (waited out and retried: not failures), the
-   server's peak RSS during the level; the floors: a level of C clients cannot average under
-   C x windows x encoder s (Little's law at the limit), nor a first token come before one
-   encoder pass;
-3. the peer, faster-whisper-server 0.0.3 (benchmarks.load_peer: its own venv, fp32, 2 CPU
-   threads, beam 5 / greedy), under the same clients over its HTTP API (json; it has no
-   stream), its RSS from /proc; its texts against ours per clip (the same after
-   normalising, and its WER against ours);
-4. live: benchmarks.streaming's streams at real time (StreamingRecognize) and commit lag, 1
-   stream alone and `--live-streams` at once, each over different clips; every step pays a
-   30 s encoder pass (the floor beside the measured encoder ms per step);
-5. mixed: `--mixed-clients` short-clip clients alone, then beside one long file
-   (benchmarks.longform_set's `pauses`: the clips with 0.5-30 s pauses, `--long-minutes`).
+1. encoder-bound limit: a 30 s window through the encoder in a process of its own (median
+   of passes before, between and after the sections), windows per request, the limit, the
+   encoder's GFLOP/s against the fp32 matmul ceiling and the memory bandwidth;
+2. load: per level, beam 5 (nothing set) and greedy, gRPC StreamTranscribe and HTTP (json
+   and stream=true in turn): req/s, audio s/s, share of the limit, p50/p99/mean latency from
+   the first attempt, time to the first text, refusals, peak RSS, and the floors;
+3. the peer, faster-whisper-server (benchmarks.load_peer), under the same clients over its
+   HTTP API, and its texts against ours per clip;
+4. live: benchmarks.streaming's streams and commit lag, 1 alone and `--live-streams` at once;
+5. mixed: short-clip clients alone, then beside one long file (benchmarks.longform_set).
+What each number means: benchmarks/README.md.
 """
 
 from __future__ import annotations
