@@ -18,11 +18,18 @@ from xattn.v1 import transcriber_pb2 as pb
 from xattn.v1 import transcriber_pb2_grpc
 
 
-def streamed(stub: transcriber_pb2_grpc.TranscriberStub, data: bytes) -> tuple[float, float]:
-    """(seconds to done, seconds to the first token) of one StreamTranscribe, with float16
-    rows of the mean alignment head."""
+def streamed(
+    stub: transcriber_pb2_grpc.TranscriberStub,
+    data: bytes,
+    options: pb.TranscriptionOptions | None = None,
+    first_text: bool = False,
+) -> tuple[float, float]:
+    """(seconds to done, seconds to the first token: with `first_text`, the first text token,
+    as an HTTP stream's first delta; 0.0 when none came) of one StreamTranscribe, with
+    float16 rows of the mean alignment head."""
     request = pb.StreamTranscribeRequest(
         audio=pb.Audio(encoded=data),
+        options=options,
         alignment=pb.AlignmentOptions(
             mode=pb.ALIGNMENT_MODE_MEAN_ALIGNMENT_HEADS, data_type=pb.DATA_TYPE_FLOAT16
         ),
@@ -31,7 +38,8 @@ def streamed(stub: transcriber_pb2_grpc.TranscriberStub, data: bytes) -> tuple[f
     first = None
     for response in stub.StreamTranscribe(request, timeout=600):
         if first is None and response.WhichOneof("event") == "token":
-            first = time.perf_counter() - t0
+            if not first_text or response.token.kind == pb.TOKEN_KIND_TEXT:
+                first = time.perf_counter() - t0
     return time.perf_counter() - t0, first or 0.0
 
 

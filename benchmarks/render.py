@@ -29,7 +29,7 @@ END = "<!-- results: end -->"
 END_TO_END = "end to end: file bytes -> text"
 # The sections come in this order; other benchmarks follow alphabetically.
 ORDER = ("decode", "service", "longform", "longform_vad", "streaming", "startup", "wer", "scale")
-ORDER += ("live_page", "http_api", "soak")
+ORDER += ("live_page", "http_api", "load", "soak")
 TITLES = {
     "decode": "Decoding in one process: ceilings, encoder, decoder step, end to end",
     "service": "Through the server: gRPC overhead and load",
@@ -41,6 +41,7 @@ TITLES = {
     "scale": "Replicas behind HAProxy",
     "live_page": "The live page: word commit delay, page, bridge and gRPC alone",
     "http_api": "OpenAI's API over HTTP against gRPC: unary and first delta",
+    "load": "Load: concurrent clients over gRPC and HTTP, beside faster-whisper-server",
     "soak": "Soak: mixed traffic for a while",
 }
 

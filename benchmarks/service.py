@@ -73,10 +73,22 @@ def in_process(pipe: Pipeline, data: bytes) -> str:
     return ""
 
 
-def rss_mb() -> tuple[float, float]:
-    """This process's (the server's) resident memory now and at its peak, MB."""
-    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+def rss_mb(pid: int | str = "self") -> tuple[float, float]:
+    """A process's (default: this one, the server's) resident memory now and at its peak
+    (since it started, or since `reset_peak`), MB."""
+    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    fields = dict(line.split(":", 1) for line in status)
     return (int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024)
+
+
+def reset_peak(pid: int | str = "self") -> bool:
+    """Start a process's peak RSS afresh from its RSS now (Linux: clear_refs 5); False where
+    that is not allowed."""
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
 
 
 def load_elsewhere(address: str, clip: Path, streams: int, each: int) -> dict:

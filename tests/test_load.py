@@ -1,0 +1,139 @@
+"""benchmarks.load's clients (benchmarks.load_clients): the refusal hints and retries, the
+clip rotation and the summary as pure functions, then one real server whose only admission
+slot is held, so that a request over gRPC and one over HTTP are refused for certain, wait the
+server's hint and are taken once the slot is free. No timings are asserted."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import grpc
+import pytest
+
+from benchmarks.load_clients import (
+    DEFAULT_WAIT,
+    Refused,
+    Sent,
+    clip_of,
+    grpc_sender,
+    http_sender,
+    http_wait,
+    retrying,
+    run_level,
+    summary,
+)
+from benchmarks.service import reset_peak, rss_mb
+from xattn.service.background import BackgroundServer
+from xattn.service.server import ServerConfig
+
+
+def test_http_wait_reads_retry_after_of_429_only() -> None:
+    assert http_wait(429, "3") == 3.0
+    assert http_wait(429, None) == DEFAULT_WAIT
+    assert http_wait(429, "Wed, 21 Oct 2015 07:28:00 GMT") == DEFAULT_WAIT
+    assert http_wait(503, "5") is None
+    assert http_wait(500, None) is None
+
+
+def test_retrying_waits_each_hint_and_counts_the_refusals() -> None:
+    waits: list[float] = []
+    answers = iter([Refused(0.25), Refused(1.5), "text"])
+
+    def attempt() -> str:
+        answer = next(answers)
+        if isinstance(answer, Refused):
+            raise answer
+        return answer
+
+    value, refusals, offset = retrying(attempt, sleep=waits.append)
+    assert (value, refusals, waits) == ("text", 2, [0.25, 1.5])
+    assert offset >= 0
+
+
+def test_retrying_gives_up_and_lets_other_errors_through() -> None:
+    def refused() -> str:
+        raise Refused(400.0)
+
+    with pytest.raises(TimeoutError):
+        retrying(refused, sleep=lambda s: None, give_up=600.0)
+
+    def broken() -> str:
+        raise ValueError("not a refusal")
+
+    with pytest.raises(ValueError):
+        retrying(broken, sleep=lambda s: None)
+
+
+def test_clients_send_every_clip_in_turn() -> None:
+    n, clients, each = 13, 4, 5
+    sent = [clip_of(i, k, clients, n) for k in range(each) for i in range(clients)]
+    assert sent == [j % n for j in range(clients * each)]
+
+
+def test_summary_counts_refusals_apart_from_failures() -> None:
+    sent = [
+        Sent(0, latency=1.0, first=0.5, refusals=2, text="a").__dict__,
+        Sent(1, latency=3.0, first=None, text="b").__dict__,
+        Sent(2, error="RuntimeError: HTTP 500").__dict__,
+    ]
+    s = summary(sent, wall=2.0)
+    assert (s["requests"], s["refused"], s["refused requests"], s["failed"]) == (2, 2, 1, 1)
+    assert (s["rps"], s["p50"], s["mean"], s["ttft"]) == (1.0, 2.0, 2.0, 0.5)
+    assert s["errors"] == ["RuntimeError: HTTP 500"]
+
+
+def test_peak_rss_starts_afresh() -> None:
+    if not reset_peak():
+        pytest.skip("clear_refs is not writable here")
+    now, peak = rss_mb()
+    assert peak >= now > 0
+
+
+@pytest.fixture(scope="module")
+def server(shared_audio_dir) -> Iterator[BackgroundServer]:
+    # one admission slot: the tests hold it to make the server refuse
+    config = ServerConfig(port=0, http_port=0, workers=1, max_queue=0, decode_processes=0)
+    with BackgroundServer(config) as s:
+        yield s
+
+
+def refused_then_taken(server: BackgroundServer, send) -> Sent:
+    """`send()` while the one slot is held: let it go after the first refusal."""
+    slot = server.engine.admit_live()
+    rejected = server.engine.counters().rejected
+    result: list[Sent] = []
+    thread = threading.Thread(target=lambda: result.append(send()))
+    thread.start()
+    deadline = time.monotonic() + 120
+    while server.engine.counters().rejected == rejected and time.monotonic() < deadline:
+        time.sleep(0.01)
+    slot.release("finished")
+    thread.join(300)
+    return result[0]
+
+
+def test_a_refused_grpc_request_waits_and_is_taken(server, shared_audio_dir) -> None:
+    clip = (shared_audio_dir / "jfk.flac").read_bytes()
+    with grpc.insecure_channel(server.address) as channel:
+        from xattn.v1 import transcriber_pb2_grpc
+
+        send = grpc_sender(transcriber_pb2_grpc.TranscriberStub(channel), [clip], {})
+        sent = refused_then_taken(server, lambda: send()(0, 0))
+        level = run_level(send, clients=1, each=1, n=1)
+    assert sent.error is None and sent.refusals >= 1
+    assert sent.latency is not None and sent.first is not None
+    assert [s["error"] for s in level["sent"]] == [None] and level["clients"] == 1
+
+
+def test_a_refused_http_request_waits_and_is_taken(server, shared_audio_dir) -> None:
+    clip = (shared_audio_dir / "jfk.flac").read_bytes()
+    send = http_sender(server.server.http_port, [clip], {"beam_size": "1"}, stream=True)
+    client = send()
+    plain = refused_then_taken(server, lambda: client(0, 0))  # k even: json
+    streamed = refused_then_taken(server, lambda: client(0, 1))  # k odd: stream=true
+    for sent in (plain, streamed):
+        assert sent.error is None and sent.refusals >= 1
+        assert "country" in (sent.text or "")
+    assert plain.first is None and streamed.first is not None
