@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from functools import cache
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import torch
 from xattn.model.audio.features import N_FRAMES, decode_audio, log_mel_spectrogram, pad_or_trim
 from xattn.model.decode.decoding import DecodeOptions
 from xattn.model.decode.results import TokenEvent
-from xattn.model.decode.step_batcher import StepBatcher
+from xattn.model.decode.step_batcher import StepBatcher, encode_window
 from xattn.model.net.kv_cache import CacheBatch, KVCache, joined_rows
 from xattn.model.pipeline import Pipeline, load_pipeline
 
@@ -184,3 +185,42 @@ def test_a_full_context_is_refused_before_any_row_is_written() -> None:
         assert (room.length, full.length) == (n_ctx - 1, n_ctx)
         model.decoder(torch.tensor([[50257]]), room)  # the last position still decodes
         assert room.length == n_ctx
+
+
+def test_windows_waiting_for_the_encoder_are_encoded_in_one_call(jfk_path: Path) -> None:
+    """batch_encoder (a GPU's default; forced here): three decodes' windows that wait while
+    the model thread is busy go through the encoder as one call, each getting its own output
+    and cross-attention K/V (as alone, up to float rounding)."""
+    model = pipeline("fp32").model
+    audio = decode_audio(jfk_path)
+    mels = [
+        pad_or_trim(log_mel_spectrogram(a, model.dims.n_mels), N_FRAMES)[None]
+        for a in (audio, audio[16000 * 2 :], audio[: 16000 * 5])
+    ]  # 3 × [1, n_mels, 3000]
+    with torch.inference_mode():
+        alone = [encode_window(model, m) for m in mels]
+    batcher = StepBatcher(model, batch_encoder=True)
+    gate, busy = threading.Event(), threading.Event()
+    blocker = threading.Thread(target=batcher.call, args=(lambda: (busy.set(), gate.wait()),))
+    blocker.start()
+    busy.wait()  # the model thread is held: the windows below wait together
+    out: list = [None] * 3
+
+    def work(i: int) -> None:
+        out[i] = batcher.encode(mels[i])
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    while len(batcher._encodes) < 3:  # all three waiting (the model thread is held)
+        time.sleep(0.001)
+    gate.set()
+    for t in (*threads, blocker):
+        t.join(timeout=120)
+    batcher.close()
+    assert (batcher.stats.encoder_calls, batcher.stats.windows_encoded) == (1, 3)
+    for (features, kv), (want_f, want_c) in zip(out, alone, strict=True):
+        assert features.shape == want_f.shape
+        torch.testing.assert_close(features, want_f, atol=1e-4, rtol=1e-4)
+        for k, want_k in zip(kv.cross.k, want_c.cross.k, strict=True):
+            torch.testing.assert_close(k, want_k, atol=1e-4, rtol=1e-4)

@@ -54,6 +54,18 @@ def _at_once(fn: Callable[..., T], *args: object) -> T:
     return fn(*args)
 
 
+def encode_window(model: Whisper, mel: Tensor) -> tuple[Tensor, KVCache]:
+    """A window's encoder output [1, 1500, d] from its mel [1, n_mels, 3000], and its KV
+    cache with the cross-attention K/V computed (once per window)."""
+    features = model.encoder(mel)  # [1, 1500, d]
+    return features, model.new_cache(features)
+
+
+def encode(batcher: StepBatcher | None, model: Whisper, mel: Tensor) -> tuple[Tensor, KVCache]:
+    """`encode_window`, through the batcher when there is one (StepBatcher.encode)."""
+    return batcher.encode(mel) if batcher is not None else encode_window(model, mel)
+
+
 # a step's finish: (the state [d] before the final LayerNorm, its logits [n_vocab] when asked
 # for, else None; its cross-attention scores n_layer × [1, H, 1, 1500] when asked for) -> result;
 # a multi-row step's (a beam search's): [rows, d], [rows, n_vocab], n_layer × [rows, H, 1, 1500]
@@ -78,6 +90,8 @@ class BatchStats:
     steps: int = 0  # decode steps run
     batches: int = 0  # forwards that ran them
     busy: float = 0.0  # seconds the model thread spent on work (batches and calls)
+    encoder_calls: int = 0  # with batch_encoder: encoder calls, and the windows they encoded
+    windows_encoded: int = 0
 
     @property
     def mean_batch(self) -> float:
@@ -148,9 +162,16 @@ class StepBatcher:
         max_batch: int = 16,
         linger: float = 0.003,
         thread: Executor | None = None,
+        batch_encoder: bool | None = None,
     ) -> None:
-        """`thread`: the model thread (a `CallerThread`); None: one of its own."""
+        """`thread`: the model thread (a `CallerThread`); None: one of its own.
+        `batch_encoder`: windows that wait for the encoder at once go through it as one call
+        (`encode`); None: on a GPU, where a batch of windows costs little more than one (on a
+        CPU the encoder is bound by compute, and a batch only adds activations that spill from
+        the caches)."""
         self.model = model
+        self.batch_encoder = model.device.type != "cpu" if batch_encoder is None else batch_encoder
+        self._encodes: list[tuple[Tensor, Future]] = []  # windows waiting for the encoder
         model.decoder.pack()  # now, not on the first batched step: oneDNN's weight layout
         self.max_batch = max_batch
         self.linger = linger
@@ -175,6 +196,46 @@ class StepBatcher:
         if isinstance(self._thread, CallerThread) and self._thread.owned():
             return run()
         return self._thread.submit(run).result()
+
+    def encode(self, mel: Tensor) -> tuple[Tensor, KVCache]:
+        """A window's encoder output [1, 1500, d] and its K/V cache (the cross-attention
+        K/V computed), on the model thread; with `batch_encoder`, together with the other
+        windows waiting for it then."""
+        if not self.batch_encoder:
+            return self.call(encode_window, self.model, mel)
+        future: Future[tuple[Tensor, KVCache]] = Future()
+        with self._cond:
+            self._encodes.append((mel, future))
+        if isinstance(self._thread, CallerThread) and self._thread.owned():
+            self._encode_waiting()  # the model thread's own window, and any waiting beside it
+        else:
+            self._thread.submit(self._encode_waiting)  # the first to run takes all waiting
+        return future.result()
+
+    def _encode_waiting(self) -> None:
+        """On the model thread: the windows waiting for the encoder, in one call."""
+        with self._cond:
+            n = self.max_batch
+            waiting, self._encodes = self._encodes[:n], self._encodes[n:]
+        if not waiting:
+            return
+        t0 = time.perf_counter()
+        try:
+            with torch.inference_mode():
+                mels = torch.cat([mel for mel, _ in waiting])  # [B, n_mels, 3000]
+                features = self.model.encoder(mels)  # [B, 1500, d]
+                cross = self.model.decoder.cross_kv(features)
+            n_ctx = self.model.dims.n_text_ctx
+            self.stats.encoder_calls += 1
+            self.stats.windows_encoded += len(waiting)
+            for i, (_, future) in enumerate(waiting):
+                future.set_result((features[i : i + 1], KVCache(cross.window(i), n_ctx)))
+        except BaseException as e:
+            for _, future in waiting:
+                if not future.done():
+                    future.set_exception(e)
+        finally:
+            self.stats.busy += time.perf_counter() - t0
 
     def close(self) -> None:
         """Stop the model thread once its queued work is done."""

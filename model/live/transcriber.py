@@ -47,7 +47,7 @@ from xattn.model.audio.features import (
 from xattn.model.audio.vad import VadOptions
 from xattn.model.decode.decoding import DecodeOptions, LogitRules, decode_window, detect_language
 from xattn.model.decode.results import FRAMES_PER_SECOND, WordTiming
-from xattn.model.decode.step_batcher import model_work
+from xattn.model.decode.step_batcher import encode, model_work
 from xattn.model.live.vad_stream import BEGIN, END, END_OF_UTTERANCE, SpeechEvent, StreamingVad
 from xattn.model.transcribe.alignment import find_alignment, token_probabilities
 from xattn.model.transcribe.sequential import Context
@@ -214,11 +214,10 @@ class LiveTranscriber:
         mel = run(log_mel_spectrogram, buffer, model.dims.n_mels, N_SAMPLES)
         content = min(N_FRAMES, mel.shape[-1] - N_FRAMES)
         mel = pad_or_trim(mel[:, :content], N_FRAMES)[None]  # [1, n_mels, 3000]
-        features = run(model.encoder, mel.to(model.device))  # [1, 1500, d]
+        features, cache = encode(ctx.batcher, model, mel.to(model.device))  # [1, 1500, d]
         self.stats.encode_seconds += time.perf_counter() - t0
         if self.language is None:
             self.language, _ = run(detect_language, model, features, tok)
-        cache = run(model.new_cache, features)
         self._cache, self._frames = cache, content // 2
         sot = (*tok.sot_sequence(self.language), tok.no_timestamps)
         prompt = self.prompt[-(model.dims.n_text_ctx // 2 - 1) :]

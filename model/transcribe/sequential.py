@@ -35,6 +35,7 @@ from xattn.model.decode.decoding import (
 from xattn.model.decode.prompts import seek_clips, suppressed_ids, window_tokens
 from xattn.model.decode.results import Segment, TokenEvent, Transcript, WindowDiscarded, WindowStart
 from xattn.model.decode.step_batcher import StepBatcher, model_work
+from xattn.model.decode.step_batcher import encode as encode_window
 from xattn.model.decode.tokenizer import TIME_PRECISION, Tokenizer
 from xattn.model.net.kv_cache import KVCache
 from xattn.model.net.whisper import Whisper
@@ -246,8 +247,8 @@ def transcribe(
         segment_size = min(N_FRAMES, content_frames - seek, clip_end - seek)
         mel_segment = pad_or_trim(mel[:, seek : seek + segment_size], N_FRAMES)  # [n_mels, 3000]
         if encode is None:
-            features = run(model.encoder, mel_segment[None].to(dtype))  # [1, 1500, d]
-            cache = run(model.new_cache, features)  # cross-attention K/V: once per window
+            # [1, 1500, d], and the cross-attention K/V: once per window
+            features, cache = encode_window(ctx.batcher, model, mel_segment[None].to(dtype))
         else:
             features, cache = encode(seek, mel_segment)
         num_frames = segment_size // INPUT_STRIDE
