@@ -17,7 +17,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -25,8 +25,14 @@ from xattn.model.decode.decoding import DecodeOptions
 from xattn.model.pipeline import Pipeline
 from xattn.model.transcribe.sequential import Event
 
-if TYPE_CHECKING:
-    from xattn.service.engine import Engine
+
+class Engine(Protocol):
+    """What a run and a slot need of their engine (xattn.service.engine.Engine)."""
+
+    def enqueue(self, run: Run) -> None: ...
+    def end(self, run: Run | None, outcome: str, model: str = "") -> None: ...
+    def unqueue(self, run: Run) -> None: ...
+
 
 T = TypeVar("T")
 BUFFERED_EVENTS = 256  # shaped events a worker may run ahead of a slow consumer

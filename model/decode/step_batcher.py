@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import torch
 from torch import Tensor
@@ -45,7 +45,13 @@ from xattn.model.net.whisper import Whisper
 T = TypeVar("T")
 
 
-def model_work(batcher: StepBatcher | None) -> Callable[..., object]:
+class ModelWork(Protocol):
+    """How a decode runs a piece of model work: fn(*args) (on the model thread, or at once)."""
+
+    def __call__(self, fn: Callable[..., T], /, *args: object) -> T: ...
+
+
+def model_work(batcher: StepBatcher | None) -> ModelWork:
     """How a decode runs its model work: `batcher.call` (on the model thread), or at once."""
     return batcher.call if batcher is not None else _at_once
 
