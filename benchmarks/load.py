@@ -1,7 +1,7 @@
 """Load on one host: our server with its defaults under 1-32 concurrent clients over gRPC and
 HTTP, beside faster-whisper-server; live streams; a long file among short ones.
 
-    python -m benchmarks.load            # the whole run (about 20-25 min on 2 cores)
+    python -m benchmarks.load            # the whole run (about 15-25 min on 2 cores)
     python -m benchmarks.load --quick    # levels 1 and 2, a request or two each: a smoke test
     python -m benchmarks.load --skip peer,mixed --levels 1 4 --workers 2
 
@@ -126,14 +126,19 @@ class Levels:
         levels: list[int],
         pid: int | str,
         decodings: tuple[str, ...] = tuple(DECODINGS),
+        encoded: Callable[[], int] | None = None,
     ) -> None:
-        """Every level of `clients` for `faces`, the peak RSS of process `pid` during each."""
+        """Every level of `clients` for `faces`, the peak RSS of process `pid` during each;
+        `encoded()`: the windows the server has encoded so far (ours: its counters)."""
         for decoding in decodings:
             for face in faces:
                 for level in levels:
                     self.probe()
                     reset_peak(pid)
+                    before = encoded() if encoded is not None else None
                     raw = json.loads(clients.run(case_name(face, decoding, level))[1])
+                    if before is not None and encoded is not None:
+                        raw["windows encoded"] = encoded() - before
                     self.runs.append((server, face, decoding, raw, rss_mb(pid)[1]))
                     for x in raw["sent"]:
                         if x["text"] is not None:
@@ -148,6 +153,25 @@ class Levels:
     def rows(self, encoder: float, server: str) -> list[Row]:
         return [self.row(*run, encoder) for run in self.runs if run[0] == server]
 
+    def alone(self, server: str, face: str, decoding: str) -> dict[int, float]:
+        """Each clip's median latency at the fewest clients (1) of this server, face and
+        decoding: what `slowdown` divides by."""
+        runs = [r for r in self.runs if r[:3] == (server, face, decoding)]
+        if not runs:
+            return {}
+        raw = min(runs, key=lambda r: r[3]["clients"])[3]
+        by_clip: dict[int, list[float]] = {}
+        for x in raw["sent"]:
+            if x["error"] is None:
+                by_clip.setdefault(x["clip"], []).append(x["latency"])
+        return {c: statistics.median(v) for c, v in by_clip.items()}
+
+    def slowdown(self, sent: list[Row], alone: dict[int, float]) -> tuple[float, float] | None:
+        """p50 and p99 of each request's latency over its clip's latency alone."""
+        ratios = [x["latency"] / alone[x["clip"]] for x in sent if x["error"] is None and
+                  alone.get(x["clip"])]  # fmt: skip
+        return (percentile(ratios, 50), percentile(ratios, 99)) if ratios else None
+
     def row(
         self, server: str, face: str, decoding: str, raw: Row, peak: float, encoder: float
     ) -> Row:
@@ -156,6 +180,8 @@ class Levels:
         ok = [x for x in sent if x["error"] is None]
         passes = sum(self.wins[x["clip"]] for x in ok)
         mean_windows = statistics.mean(self.wins[x["clip"]] for x in sent)
+        encoded = raw.get("windows encoded")
+        slow = self.slowdown(sent, self.alone(server, face, decoding))
         return {
             "server": server,
             "face": face,
@@ -167,8 +193,12 @@ class Levels:
             "req/s": round(s["rps"], 2),
             "audio s/s": round(sum(self.seconds[x["clip"]] for x in ok) / wall, 1),
             "of limit": f"{passes * encoder / wall:.0%}",
+            "windows encoded a request": round(encoded / len(ok), 2) if encoded and ok else None,
+            "of limit (windows encoded)": f"{encoded * encoder / wall:.0%}" if encoded else None,
             "p50 s": rounded(s["p50"]),
             "p99 s": rounded(s["p99"]),
+            "p99 / p50": rounded(s["p99"] / s["p50"]) if s["p50"] else None,
+            "slowdown p50 / p99": f"{slow[0]:.2f} / {slow[1]:.2f}" if slow else None,
             "mean s": rounded(s["mean"]),
             "mean floor s": round(clients * mean_windows * encoder, 2),
             "first text p50 s": rounded(s["ttft"]),
@@ -287,7 +317,9 @@ def run_ours(
         pipe = server.engine.pipeline
         spec = spec | {"gRPC": server.address, "HTTP": server.server.http_port}
         with Workers({"clients": ("benchmarks.load_clients:cases", (spec,))}, 1) as clients:
-            levels.run(clients, "ours", ["gRPC", "HTTP"], args.levels, "self")
+            encoded = lambda: server.engine.counters().windows  # noqa: E731
+            faces = ["gRPC", "HTTP"]
+            levels.run(clients, "ours", faces, args.levels, "self", encoded=encoded)
             for name in ("live", "mixed"):
                 if name in spec:
                     print(f"  {name} ...", flush=True)

@@ -82,6 +82,7 @@ class Counters:
     cancelled: int = 0  # client cancel, deadline or shutdown (queued or running)
     failed: int = 0  # the model raised
     tokens_decoded: int = 0
+    windows: int = 0  # windows encoded for transcriptions (a seek after an open segment too)
     in_flight: int = 0  # admitted and not over: loading audio, queued or running
     live: int = 0  # live streams admitted (counted in the outcomes above too)
     queued: int = 0  # now: audio decoded, waiting for a worker
@@ -388,6 +389,7 @@ class Engine:
             m.running -= 1
             m.held -= run.bytes
             m.windows_done += windows
+            self._counters.windows += windows
             done = m.windows_done
             self._dispatch(m)
         if batcher is not None:

@@ -181,6 +181,7 @@ async def test_a_long_files_windows_interleave_with_a_short_request(jfk_path: Pa
     windows = [i for i, (n, kind) in enumerate(order) if (n, kind) == ("long", "WindowStart")]
     assert len(windows) == 4
     assert order.index(("short", "done")) < windows[-1]
+    assert eng.counters().windows == sum(kind == "WindowStart" for _, kind in order)
 
 
 @pytest.mark.asyncio

@@ -84,6 +84,27 @@ def test_summary_counts_refusals_apart_from_failures() -> None:
     assert s["errors"] == ["RuntimeError: HTTP 500"]
 
 
+def test_a_level_row_counts_the_windows_encoded_and_the_slowdown() -> None:
+    """Two clips (10 s: one window; 40 s: two); alone they take 1 s and 2 s, at 2 clients 2 s
+    and 6 s: slowdown 2 and 3. The server encoded 6 windows for 4 requests (by duration 6 too)
+    in 8 s with a 0.5 s encoder: 38 % of the limit."""
+    from benchmarks.load import Levels
+
+    def raw(clients: int, latencies: list[float], wall: float, encoded: int) -> dict:
+        sent = [Sent(i % 2, latency=t, text="x").__dict__ for i, t in enumerate(latencies)]
+        return {"sent": sent, "wall": wall, "clients": clients, "windows encoded": encoded}
+
+    levels = Levels([10.0, 40.0], probe=lambda: None)
+    levels.runs.append(("ours", "gRPC", "beam 5", raw(1, [1.0, 2.0], 3.0, 3), 100.0))
+    levels.runs.append(("ours", "gRPC", "beam 5", raw(2, [2.0, 6.0, 2.0, 6.0], 8.0, 6), 100.0))
+    alone, loaded = levels.rows(0.5, "ours")
+    assert alone["slowdown p50 / p99"] == "1.00 / 1.00"
+    assert loaded["slowdown p50 / p99"] == "2.50 / 3.00"
+    assert loaded["windows encoded a request"] == 1.5
+    assert loaded["of limit (windows encoded)"] == loaded["of limit"] == "38%"
+    assert loaded["p99 / p50"] == 1.5
+
+
 def test_peak_rss_starts_afresh() -> None:
     if not reset_peak():
         pytest.skip("clear_refs is not writable here")
