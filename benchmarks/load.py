@@ -262,6 +262,49 @@ def mixed_figures(raw: Row, long_seconds: float, encoder: float) -> Row:
     }
 
 
+def share(cell: str | None) -> float | None:
+    """'42%' -> 0.42."""
+    return float(cell.rstrip("%")) / 100 if cell else None
+
+
+def goal_rows(figures: dict[str, Any], least: int = 8) -> list[Row]:
+    """Issue 38's goals against this run's rows, one row a goal and level: at `least` clients
+    and more, ours' share of the encoder-bound limit (beam 5: 65 %, greedy: 80 %), requests/s
+    over the peer's at the same level and decoding (4x), p99 over p50 (2x); four live streams'
+    median commit lag (1.2 s); the short clips beside the long file (1.5x)."""
+    out: list[Row] = []
+    peer = {(r["decoding"], r["clients"]): r for r in figures.get(f"load: {PEER}", [])}
+    for r in figures["load: ours"]:
+        if r["clients"] < least:
+            continue
+        case = f"{r['face']} {r['decoding']} x{r['clients']}"
+        bound = 0.65 if r["decoding"] == "beam 5" else 0.80
+        limit = share(r["of limit"])
+        out.append(goal(case, f"of limit >= {bound:.0%}", r["of limit"], limit, bound))
+        theirs = peer.get((r["decoding"], r["clients"]))
+        if theirs and theirs["req/s"]:
+            x = r["req/s"] / theirs["req/s"]
+            out.append(goal(case, ">= 4x the peer's req/s", f"{x:.2f}x", x, 4.0))
+        spread = r.get("p99 / p50")
+        if spread is not None:
+            out.append(goal(case, "p99 <= 2x p50", f"{spread}x", 2.0, spread))
+    for r in figures.get("live streams at real time", [])[1:]:
+        lag = r["commit lag median s"]
+        name = f"live x{r['streams']}"
+        out.append(goal(name, "median commit lag <= 1.2 s", f"{lag} s", 1.2, lag))
+    mixed = figures.get("mixed load (beam 5, gRPC)")
+    if mixed and mixed["ratio"] is not None:
+        ratio = mixed["ratio"]
+        out.append(goal("mixed", "short p50 beside / alone <= 1.5", f"{ratio}x", 1.5, ratio))
+    return out
+
+
+def goal(case: str, what: str, measured: str, value: float | None, bound: float | None) -> Row:
+    """A goal's row: met when value >= bound (pass them the other way round for at-most)."""
+    met = None if value is None or bound is None else value >= bound
+    return {"case": case, "goal": what, "measured": measured, "met": met}
+
+
 def show(title: str, value: list[Row] | Row) -> None:
     rows = value if isinstance(value, list) else [value]
     print(f"\n## {title}\n")
@@ -399,6 +442,7 @@ def main(argv: list[str] | None = None) -> int:
         figures["live streams at real time"] = live_rows(raw["live"], enc)
     if "mixed" in raw:
         figures["mixed load (beam 5, gRPC)"] = mixed_figures(raw["mixed"], long_seconds, enc)
+    figures["goals (issue 38)"] = goal_rows(figures)
     figures["our server's counters"] = about["counters"]
     for title, value in figures.items():
         show(title, value)

@@ -105,6 +105,33 @@ def test_a_level_row_counts_the_windows_encoded_and_the_slowdown() -> None:
     assert loaded["p99 / p50"] == 1.5
 
 
+def test_the_goals_read_the_rows_at_8_clients_and_more() -> None:
+    from benchmarks.load import PEER, goal_rows
+
+    def row(clients: int, decoding: str, rps: float, limit: str, spread: float) -> dict:
+        face = "gRPC"
+        return {"face": face, "decoding": decoding, "clients": clients, "req/s": rps,
+                "of limit": limit, "p99 / p50": spread}  # fmt: skip
+
+    figures = {
+        "load: ours": [row(1, "beam 5", 1.0, "30%", 5.0), row(8, "beam 5", 2.0, "70%", 2.5)],
+        f"load: {PEER}": [row(8, "beam 5", 0.4, "14%", 1.0)],
+        "live streams at real time": [
+            {"streams": 1, "commit lag median s": 0.8},
+            {"streams": 4, "commit lag median s": 1.5},
+        ],  # fmt: skip
+        "mixed load (beam 5, gRPC)": {"ratio": 1.1},
+    }
+    met = {(g["case"], g["goal"]): g["met"] for g in goal_rows(figures)}
+    assert met == {
+        ("gRPC beam 5 x8", "of limit >= 65%"): True,
+        ("gRPC beam 5 x8", ">= 4x the peer's req/s"): True,
+        ("gRPC beam 5 x8", "p99 <= 2x p50"): False,
+        ("live x4", "median commit lag <= 1.2 s"): False,
+        ("mixed", "short p50 beside / alone <= 1.5"): True,
+    }
+
+
 def test_peak_rss_starts_afresh() -> None:
     if not reset_peak():
         pytest.skip("clear_refs is not writable here")
