@@ -7,6 +7,7 @@ the queue would keep a request waiting too long."""
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Callable
 from contextlib import aclosing
@@ -19,6 +20,7 @@ import pytest
 from xattn.model.audio.features import decode_audio
 from xattn.model.decode.decoding import DecodeOptions
 from xattn.model.decode.results import TokenEvent, WindowStart
+from xattn.model.live.transcriber import LiveOptions, LiveTranscriber
 from xattn.model.pipeline import Pipeline, load_pipeline
 from xattn.model.transcribe.sequential import Event
 from xattn.service import capacity
@@ -219,6 +221,41 @@ async def test_admission_refuses_when_the_queue_would_wait_too_long(jfk_path: Pa
     c = eng.counters()
     await eng.close()
     assert (c.rejected, c.finished, c.in_flight) == (1, 2, 0)
+
+
+def native_threads() -> int:
+    """Threads of this process that Python did not start (OpenMP's teams among them)."""
+    return len(os.listdir("/proc/self/task")) - threading.active_count()
+
+
+@pytest.mark.asyncio
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs /proc (Linux)")
+async def test_decode_and_live_threads_bring_no_openmp_team_of_their_own(jfk_path: Path) -> None:
+    """Torch ops that run in parallel on a worker thread start an OpenMP team for that thread;
+    with more teams than cores, libgomp stops spinning and every op of the model thread pays
+    for waking its threads. Requests (greedy; beam 5 with word timestamps) and a live stream
+    decoded at once leave the process with the native threads it had after one request."""
+    audio = clips(jfk_path)
+    eng = engine(workers=3)
+    await consume(eng.submit(lambda: audio["head"], GREEDY, lambda e: e))  # the model's team
+    before = native_threads()
+    words = DecodeOptions(beam_size=5, best_of=5, word_timestamps=True)
+    loop = asyncio.get_running_loop()
+    live = loop.run_in_executor(eng.live_pool, live_words, eng.pipeline, audio["jfk"])
+    runs = [eng.submit(lambda n=n: audio[n], o, lambda e: e) for n, o in
+            (("jfk", GREEDY), ("tail", words), ("long", GREEDY))]  # fmt: skip
+    await asyncio.gather(*(consume(r) for r in runs))
+    assert await live > 5
+    after = native_threads()
+    await eng.close()
+    assert after == before
+
+
+def live_words(pipeline: Pipeline, audio: np.ndarray) -> int:
+    """Words of the finals of `audio` fed live in 0.5 s pieces (on the calling thread)."""
+    live = LiveTranscriber(pipeline.context, pipeline.alignment_heads, LiveOptions())
+    results = [r for i in range(0, len(audio), 8000) for r in live.feed(audio[i : i + 8000])]
+    return sum(len(r.words) for r in [*results, *live.finish()] if r.is_final)
 
 
 def test_workers_fit_the_memory_budget() -> None:

@@ -211,9 +211,7 @@ class LiveTranscriber:
         run = model_work(ctx.batcher)  # on the model thread, with a batcher: as a file's work
         t0 = time.perf_counter()
         buffer = self.audio[self.offset - self.base :]
-        mel = run(log_mel_spectrogram, buffer, model.dims.n_mels, N_SAMPLES)
-        content = min(N_FRAMES, mel.shape[-1] - N_FRAMES)
-        mel = pad_or_trim(mel[:, :content], N_FRAMES)[None]  # [1, n_mels, 3000]
+        mel, content = run(window_mel, buffer, model.dims.n_mels)  # [1, n_mels, 3000]
         features, cache = encode(ctx.batcher, model, mel.to(model.device))  # [1, 1500, d]
         self.stats.encode_seconds += time.perf_counter() - t0
         if self.language is None:
@@ -297,20 +295,23 @@ class LiveTranscriber:
         text = [t.id for t in self.committed]
         prefix = [*tok.sot_sequence(self.language), tok.no_timestamps]
         sequence = [*prefix, *text, tok.eot]
-        logits, scores = model_work(self.ctx.batcher)(
-            self.ctx.aligner.scores, self._cache, sequence
-        )
-        probs = token_probabilities(logits, n_prefix=len(prefix), text_tokens=text, eot=tok.eot)
-        words, _, _ = find_alignment(
-            scores,
-            num_frames=max(1, self._frames),
-            n_prefix=len(prefix),
-            text_tokens=text,
-            text_token_probs=probs,
-            language=self.language,
-            decode_with_timestamps=tok.decode_with_timestamps,
-            eot=tok.eot,
-        )
+
+        def align() -> list:  # on the model thread, with a batcher: its softmax and filters
+            logits, scores = self.ctx.aligner.scores(self._cache, sequence)  # are parallel ops
+            probs = token_probabilities(logits, n_prefix=len(prefix), text_tokens=text, eot=tok.eot)
+            words, _, _ = find_alignment(
+                scores,
+                num_frames=max(1, self._frames),
+                n_prefix=len(prefix),
+                text_tokens=text,
+                text_token_probs=probs,
+                language=self.language,
+                decode_with_timestamps=tok.decode_with_timestamps,
+                eot=tok.eot,
+            )
+            return words
+
+        words = model_work(self.ctx.batcher)(align)
         offset, out, seen = self.offset / SAMPLE_RATE, [], 0
         for w in words:
             if seen >= first_new and w.word:
@@ -329,3 +330,12 @@ class LiveTranscriber:
         self.prompt.extend(t.id for t in self.committed)
         self.committed = []
         self.previous = []
+
+
+def window_mel(buffer: np.ndarray, n_mels: int) -> tuple[torch.Tensor, int]:
+    """The buffer's log-mel as one 30 s window [1, n_mels, 3000], and its frames of audio.
+    On the model thread: its padding copies a window, a parallel op, and torch work on another
+    thread brings an OpenMP team of its own onto the cores (xattn.model.decode.step_batcher)."""
+    mel = log_mel_spectrogram(buffer, n_mels, N_SAMPLES)  # [n_mels, frames + 3000]
+    content = min(N_FRAMES, mel.shape[-1] - N_FRAMES)
+    return pad_or_trim(mel[:, :content], N_FRAMES)[None], content

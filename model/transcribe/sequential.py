@@ -215,8 +215,8 @@ def transcribe(
 
     language = options.language
     if language is None and tok.multilingual:  # once, on the first 30 s, as the reference
-        first = pad_or_trim(mel, N_FRAMES)[None].to(dtype)  # [1, n_mels, 3000]
-        language, _ = run(lambda: detect_language(model, model.encoder(first), tok))
+        first = lambda: pad_or_trim(mel, N_FRAMES)[None].to(dtype)  # noqa: E731 [1, n_mels, 3000]
+        language, _ = run(lambda: detect_language(model, model.encoder(first()), tok))
         log.debug("detected language %s", language)
     language = language or "en"
     sot_sequence = tok.sot_sequence(language, options.task)
@@ -245,7 +245,8 @@ def transcribe(
             continue
         time_offset = seek * HOP_LENGTH / SAMPLE_RATE
         segment_size = min(N_FRAMES, content_frames - seek, clip_end - seek)
-        mel_segment = pad_or_trim(mel[:, seek : seek + segment_size], N_FRAMES)  # [n_mels, 3000]
+        # [n_mels, 3000]; the padding on the model thread too (a window's copy is a parallel op)
+        mel_segment = run(pad_or_trim, mel[:, seek : seek + segment_size], N_FRAMES)
         if encode is None:
             # [1, 1500, d], and the cross-attention K/V: once per window
             features, cache = encode_window(ctx.batcher, model, mel_segment[None].to(dtype))
