@@ -39,6 +39,7 @@ from typing import Protocol, TypeVar
 import torch
 from torch import Tensor
 
+from xattn.model.audio.features import N_FRAMES, pad_or_trim
 from xattn.model.net.kv_cache import CacheBatch, KVCache
 from xattn.model.net.whisper import Whisper
 
@@ -61,9 +62,10 @@ def _at_once(fn: Callable[..., T], *args: object) -> T:
 
 
 def encode_window(model: Whisper, mel: Tensor) -> tuple[Tensor, KVCache]:
-    """A window's encoder output [1, 1500, d] from its mel [1, n_mels, 3000], and its KV
-    cache with the cross-attention K/V computed (once per window)."""
-    features = model.encoder(mel)  # [1, 1500, d]
+    """A window's encoder output [1, 1500, d] from its mel [1, n_mels, <= 3000] (zero-padded
+    here, on the model thread: the copy is a parallel op), and its KV cache with the
+    cross-attention K/V computed (once per window)."""
+    features = model.encoder(pad_or_trim(mel, N_FRAMES))  # [1, 1500, d]
     return features, model.new_cache(features)
 
 
@@ -205,7 +207,8 @@ class StepBatcher:
 
     def encode(self, mel: Tensor) -> tuple[Tensor, KVCache]:
         """A window's encoder output [1, 1500, d] and its K/V cache (the cross-attention
-        K/V computed), on the model thread; with `batch_encoder`, together with the other
+        K/V computed) from its mel [1, n_mels, <= 3000] (padded there), on the model thread;
+        with `batch_encoder`, together with the other
         windows waiting for it then."""
         if not self.batch_encoder:
             return self.call(encode_window, self.model, mel)
@@ -228,7 +231,8 @@ class StepBatcher:
         t0 = time.perf_counter()
         try:
             with torch.inference_mode():
-                mels = torch.cat([mel for mel, _ in waiting])  # [B, n_mels, 3000]
+                padded = [pad_or_trim(mel, N_FRAMES) for mel, _ in waiting]  # [1, n_mels, 3000]
+                mels = torch.cat(padded)  # [B, n_mels, 3000]
                 features = self.model.encoder(mels)  # [B, 1500, d]
                 cross = self.model.decoder.cross_kv(features)
             n_ctx = self.model.dims.n_text_ctx

@@ -215,8 +215,8 @@ def transcribe(
 
     language = options.language
     if language is None and tok.multilingual:  # once, on the first 30 s, as the reference
-        first = lambda: pad_or_trim(mel, N_FRAMES)[None].to(dtype)  # noqa: E731 [1, n_mels, 3000]
-        language, _ = run(lambda: detect_language(model, model.encoder(first()), tok))
+        first = mel[None, :, :N_FRAMES].to(dtype)  # [1, n_mels, 3000]: at least 30 s were padded
+        language, _ = run(lambda: detect_language(model, model.encoder(first), tok))
         log.debug("detected language %s", language)
     language = language or "en"
     sot_sequence = tok.sot_sequence(language, options.task)
@@ -245,13 +245,13 @@ def transcribe(
             continue
         time_offset = seek * HOP_LENGTH / SAMPLE_RATE
         segment_size = min(N_FRAMES, content_frames - seek, clip_end - seek)
-        # [n_mels, 3000]; the padding on the model thread too (a window's copy is a parallel op)
-        mel_segment = run(pad_or_trim, mel[:, seek : seek + segment_size], N_FRAMES)
+        window_mel = mel[:, seek : seek + segment_size]  # [n_mels, <= 3000]
         if encode is None:
-            # [1, 1500, d], and the cross-attention K/V: once per window
-            features, cache = encode_window(ctx.batcher, model, mel_segment[None].to(dtype))
+            # [1, 1500, d], and the cross-attention K/V: once per window; the padding to 3000
+            # frames in the same turn on the model thread (a window's copy is a parallel op)
+            features, cache = encode_window(ctx.batcher, model, window_mel[None].to(dtype))
         else:
-            features, cache = encode(seek, mel_segment)
+            features, cache = encode(seek, run(pad_or_trim, window_mel, N_FRAMES))
         num_frames = segment_size // INPUT_STRIDE
         yield WindowStart(window, time_offset, num_frames, language)
 
