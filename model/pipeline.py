@@ -28,7 +28,7 @@ from xattn.model.decode.tokenizer import Tokenizer
 from xattn.model.net.dims import ModelDims
 from xattn.model.net.logits import int8_supported
 from xattn.model.net.whisper import Whisper
-from xattn.model.transcribe.batched import chunk_vad, transcribe_batched
+from xattn.model.transcribe.batched import chunk_spans, transcribe_batched
 from xattn.model.transcribe.sequential import Context, Event, transcribe
 from xattn.model.transcribe.vad_filter import check_vad_options, speech_events
 from xattn.model.transcribe.words import WordAligner
@@ -119,10 +119,11 @@ class Pipeline:
         audio = check_audio(audio)
         spans = None
         if options.vad_filter:  # the speech only, times mapped back (transcribe.vad_filter)
-            vad = options.vad_options or VadOptions()
-            if options.batch_size is not None:  # spans cut at every pause (batched.chunk_vad)
-                vad = chunk_vad(options.vad_options)
-            spans = model_work(self.context.batcher)(detect_speech, audio, vad)
+            if options.batch_size is not None:  # spans cut at every pause (batched.chunk_spans)
+                find, vad = chunk_spans, options.vad_options
+            else:
+                find, vad = detect_speech, options.vad_options or VadOptions()
+            spans = model_work(self.context.batcher)(find, audio, vad)
             if options.batch_size is None:
                 yield from speech_events(self.transcribe, audio, options, spans)
                 return

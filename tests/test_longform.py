@@ -18,10 +18,10 @@ from conftest import tokens_per_window
 from openai_ref import pipeline
 
 from xattn.model.audio import decode_audio
-from xattn.model.audio.vad import SAMPLE_RATE, SpeechSpan, VadOptions, detect_speech, join_speech
+from xattn.model.audio.vad import SAMPLE_RATE, SpeechSpan, VadOptions, join_speech
 from xattn.model.decode.decoding import DecodeOptions
 from xattn.model.decode.results import Segment, WindowStart
-from xattn.model.transcribe.batched import chunk_vad, quiet_cuts, windows_of
+from xattn.model.transcribe.batched import RESUME_AFTER, chunk_spans, quiet_cuts, windows_of
 from xattn.model.transcribe.sequential import open_tail, split_segments, transcribe
 
 OPENING = "ask not what your country can do for you"
@@ -42,21 +42,23 @@ def jfk(jfk_path) -> np.ndarray:
 
 
 def _chunks(audio: np.ndarray, options: DecodeOptions):
-    spans = detect_speech(audio, chunk_vad(options.vad_options)) if options.vad_filter else None
+    spans = chunk_spans(audio, options.vad_options) if options.vad_filter else None
     return windows_of(audio, spans)
 
 
 def _sequential_per_chunk(audio: np.ndarray, options: DecodeOptions) -> dict[int, list[int]]:
     """Each chunk transcribed alone, sequentially (with keep_open_tails, as batched: a window
-    after an open segment is not skipped as silence), its k-th window numbered as batched
-    numbers it (chunk + k x chunks)."""
+    after an open segment is not skipped as silence; with VAD, resume_after as batched), its
+    k-th window numbered as batched numbers it (chunk + k x chunks)."""
     chunks = _chunks(audio, options)
     plain = dataclasses.replace(options, vad_filter=False, batch_size=None)
     ctx = pipeline("tiny.en").context
     out = {}
+    resume = RESUME_AFTER if options.vad_filter else None
     for c in chunks:
+        speech = join_speech(audio, c.spans)
         with torch.inference_mode():
-            alone = list(transcribe(ctx, join_speech(audio, c.spans), plain, keep_open_tails=True))
+            alone = list(transcribe(ctx, speech, plain, keep_open_tails=True, resume_after=resume))
         for k, tokens in tokens_per_window(alone).items():
             out[c.index + k * len(chunks)] = tokens
     return out

@@ -40,8 +40,11 @@ from xattn.model.audio.vad import (
     SpeechMap,
     SpeechSpan,
     VadOptions,
+    calibrated,
     group_spans,
     join_speech,
+    speech_probs,
+    speech_spans,
 )
 from xattn.model.decode.decoding import DecodeOptions, detect_language
 from xattn.model.decode.results import (
@@ -66,11 +69,23 @@ QUIET_FRAME = 320  # samples: 20 ms, the loudness measured over each
 # there), no span split inside speech (a span over 30 s is a chunk of its own, decoded window
 # after window)
 CHUNK_VAD = VadOptions(min_silence_duration_ms=160)
+# a chunk of joined speech keeps at most ~0.8 s of silence in a row (the spans' padding), so
+# a window whose decode ends more than this before its audio does stopped short of speech:
+# its chunk goes on from the last segment's end (sequential.transcribe's `resume_after`)
+RESUME_AFTER = 2.0
 
 
 def chunk_vad(options: VadOptions | None) -> VadOptions:
     """The VAD options of batched long-form: the caller's as given, else CHUNK_VAD."""
     return CHUNK_VAD if options is None else options
+
+
+def chunk_spans(audio: np.ndarray, options: VadOptions | None) -> list[SpeechSpan]:
+    """The speech spans that batched long-form cuts into chunks: with the caller's VAD options
+    as given, else with CHUNK_VAD, its threshold calibrated to the file (vad.calibrated)."""
+    probs = speech_probs(audio)
+    vad = chunk_vad(options) if options is not None else calibrated(probs, CHUNK_VAD)
+    return speech_spans(probs, len(audio), vad)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,7 +154,8 @@ def _batched(ctx, audio, options, batch_size, spans, caller) -> Iterator:
     inner = dataclasses.replace(
         options, language=language, vad_filter=False, batch_size=None, clip_timestamps=()
     )
-    jobs = [_Window(ctx, p, len(pieces), encoded, inner) for p in pieces]
+    resume = None if spans is None else RESUME_AFTER  # without VAD a chunk has its pauses
+    jobs = [_Window(ctx, p, len(pieces), encoded, inner, resume) for p in pieces]
     segments: list[Segment] = []
     index = 0
     for event in _interleave(jobs, batch_size, caller):
@@ -221,9 +237,16 @@ class _Window:
     its segments kept for their turn."""
 
     def __init__(
-        self, ctx: Context, piece: Piece, chunks: int, encoded: _Encoded, options: DecodeOptions
+        self,
+        ctx: Context,
+        piece: Piece,
+        chunks: int,
+        encoded: _Encoded,
+        options: DecodeOptions,
+        resume_after: float | None = None,
     ) -> None:
         self.ctx, self.piece, self.chunks, self.encoded = ctx, piece, chunks, encoded
+        self.resume_after = resume_after
         prefix = options.prefix if piece.index == 0 else None  # the file's first window only
         self.options = dataclasses.replace(options, prefix=prefix)
         self.smap = SpeechMap(piece.spans)
@@ -244,7 +267,14 @@ class _Window:
     def _decode(self, out: queue.Queue | CallerThread, stop: threading.Event) -> None:
         encode = self._encode if self.encoded.has(self.piece.index) else None
         audio = join_speech(self.encoded.audio, self.piece.spans)
-        events = transcribe(self.ctx, audio, self.options, encode=encode, keep_open_tails=True)
+        events = transcribe(
+            self.ctx,
+            audio,
+            self.options,
+            encode=encode,
+            keep_open_tails=True,
+            resume_after=self.resume_after,
+        )
         try:
             for event in events:
                 if isinstance(event, Segment):

@@ -190,19 +190,38 @@ def open_tail(tokens: list[int], pieces: list[Piece], eot: int) -> bool:
     return any(t < eot for t in tokens[sum(len(p.tokens) for p in pieces) :])
 
 
+def resumed_seek(
+    pieces: list[Piece], seek: int, window_seek: int, time_offset: float, after: float
+) -> int:
+    """Where a window that ended on a single timestamp goes on from: its last segment's end
+    when more than `after` seconds of the window (up to `seek`, its end) follow it and the
+    segment moved past the window's start, else `seek` (pure)."""
+    if not pieces:
+        return seek
+    end = round((pieces[-1].end - time_offset) * FRAMES_PER_SECOND)  # frames into the window
+    if end <= 0 or (seek - window_seek - end) / FRAMES_PER_SECOND <= after:
+        return seek
+    return window_seek + end
+
+
 def transcribe(
     ctx: Context,
     audio: np.ndarray,
     options: DecodeOptions,
     encode: Encode | None = None,
     keep_open_tails: bool = False,
+    resume_after: float | None = None,
 ) -> Generator[Event, None, None]:
     """Yield every event of the transcription of `audio` (16 kHz mono float32). `encode`:
     (seek, the window's mel [n_mels, 3000]) -> its encoder output [1, 1500, d] and K/V cache
     (the batched pipeline's, which encodes first windows together); None: here, one by one.
     `keep_open_tails`: a window after one that ended with an open segment is never skipped as
     silence (the batched pipeline's chunks, whose last window is often that short tail; the
-    reference skips it)."""
+    reference skips it). `resume_after` (seconds): a window whose decode ends on a single
+    timestamp with more than this much of its audio after its last segment is followed by a
+    window from that segment's end, not from the window's end as the reference does (the
+    batched pipeline's chunks are joined speech: audio the decoder stopped short of is speech
+    it skipped); None: never."""
     model, tok = ctx.model, ctx.tokenizer
     device = model.device
     run = model_work(ctx.batcher)
@@ -296,6 +315,8 @@ def transcribe(
             list(result.tokens), tok.timestamp_begin, time_offset, segment_size
         )
         window_seek, seek = seek, seek + advance
+        if resume_after is not None and single_ending:
+            seek = resumed_seek(pieces, seek, window_seek, time_offset, resume_after)
         after_open = not single_ending and open_tail(list(result.tokens), pieces, tok.eot)
         words: list[tuple] = [() for _ in pieces]
         timings: list[tuple] = [() for _ in pieces]
