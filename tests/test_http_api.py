@@ -179,9 +179,7 @@ def test_stream_deltas_arrive_while_decoding(
 
 def test_stream_rows(client: openai.OpenAI, jfk: bytes) -> None:
     events = list(
-        transcribe(
-            client, jfk, stream=True, include=["attention"], extra_body={"beam_size": "1"}
-        )
+        transcribe(client, jfk, stream=True, include=["attention"], extra_body={"beam_size": "1"})
     )
     kinds = [e.type for e in events]
     assert kinds[0] == "xattn.window" and kinds[-1] == "transcript.text.done"

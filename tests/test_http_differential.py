@@ -56,7 +56,9 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("name, model, fields", CASES, ids=[f"{c[0]}-{c[1]}-{i}" for i, c in enumerate(CASES)])  # noqa: E501
+@pytest.mark.parametrize(
+    "name, model, fields", CASES, ids=[f"{c[0]}-{c[1]}-{i}" for i, c in enumerate(CASES)]
+)  # noqa: E501
 def test_verbose_json_equals_grpc_transcribe(
     server: BackgroundServer, jfk_path: Path, multilingual_path: Path,
     name: str, model: str, fields: dict[str, str],

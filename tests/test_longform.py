@@ -14,15 +14,33 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from conftest import tokens_per_window
+from conftest import SHARED_AUDIO, tokens_per_window
 from openai_ref import pipeline
 
 from xattn.model.audio import decode_audio
-from xattn.model.audio.vad import SAMPLE_RATE, SpeechSpan, VadOptions, join_speech
+from xattn.model.audio.vad import (
+    SAMPLE_RATE,
+    SpeechSpan,
+    VadOptions,
+    detect_speech,
+    join_speech,
+)
 from xattn.model.decode.decoding import DecodeOptions
 from xattn.model.decode.results import Segment, WindowStart
-from xattn.model.transcribe.batched import RESUME_AFTER, chunk_spans, quiet_cuts, windows_of
-from xattn.model.transcribe.sequential import open_tail, split_segments, transcribe
+from xattn.model.transcribe.batched import (
+    CHUNK_VAD,
+    RESUME_AFTER,
+    chunk_spans,
+    quiet_cuts,
+    windows_of,
+)
+from xattn.model.transcribe.sequential import (
+    Piece,
+    open_tail,
+    resumed_seek,
+    split_segments,
+    transcribe,
+)
 
 OPENING = "ask not what your country can do for you"
 CLOSING = "ask what you can do for your country"
@@ -151,3 +169,80 @@ def test_open_tail() -> None:
     assert single and not open_tail(closed, pieces, eot)
     pieces, _, _ = split_segments([ts, *text], ts, 0.0, 3000)
     assert not open_tail([ts, *text], pieces, eot)
+
+
+def test_resumed_seek() -> None:
+    """A window that ended on a single timestamp goes on from its last segment's end when more
+    than `after` seconds of it follow, else from its end (pure)."""
+    window_seek, end_seek, offset = 1000, 4000, 10.0  # a 30 s window from 10 s
+    early = [Piece(10.0, 12.0, ()), Piece(12.0, 14.56, ())]
+    assert resumed_seek(early, end_seek, window_seek, offset, 2.0) == 1456
+    late = [Piece(10.0, 38.5, ())]  # 1.5 s left
+    assert resumed_seek(late, end_seek, window_seek, offset, 2.0) == end_seek
+    assert resumed_seek([Piece(10.0, 10.0, ())], end_seek, window_seek, offset, 2.0) == end_seek
+    assert resumed_seek([], end_seek, window_seek, offset, 2.0) == end_seek
+
+
+def _long_file(name: str):
+    """File `name` of the long-form set (benchmarks.longform_set), or a skip naming what is
+    missing."""
+    if not (SHARED_AUDIO.parent / "eval" / "manifest.jsonl").is_file():
+        pytest.skip("shared eval audio missing (../shared/eval)")
+    from benchmarks.longform_set import EspeakMissing, build
+
+    try:
+        return build(name)
+    except EspeakMissing:
+        pytest.skip("espeak-ng missing")
+
+
+def test_a_chunk_window_that_stops_short_goes_on() -> None:
+    """A chunk of the long-form set's no-gap file (clips and synthetic speakers with no gaps;
+    spans at threshold 0.35) whose first window's decode ends at a timestamp seconds before its
+    audio does: the reference rule jumps to the window's end and loses the speech after it;
+    with resume_after a window from the last segment's end decodes it, and the segments before
+    it are unchanged (nothing doubled)."""
+    audio = _long_file("no-gap").audio
+    spans = detect_speech(audio, VadOptions(threshold=0.35, min_silence_duration_ms=160))
+    at = 210 * SAMPLE_RATE
+    chunk = next(c for c in windows_of(audio, spans) if c.spans[0].start <= at < c.spans[-1].end)
+    speech = join_speech(audio, chunk.spans)
+    ctx = pipeline("tiny.en").context
+
+    def run(resume: float | None) -> list:
+        with torch.inference_mode():
+            return list(
+                transcribe(ctx, speech, _options(), keep_open_tails=True, resume_after=resume)
+            )
+
+    plain, resumed = run(None), run(RESUME_AFTER)
+    first = [e for e in plain if isinstance(e, Segment) and e.window == 0]
+    assert first[-1].end < len(speech) / SAMPLE_RATE - RESUME_AFTER  # stopped short
+    assert [e.offset for e in plain if isinstance(e, WindowStart)] == [0.0]
+    starts = [e.offset for e in resumed if isinstance(e, WindowStart)]
+    assert len(starts) >= 2 and starts[1] == pytest.approx(first[-1].end, abs=0.02)
+    again = [e for e in resumed if isinstance(e, Segment) and e.window == 0]
+    assert [s.tokens for s in again] == [s.tokens for s in first]
+    lost = _norm(resumed[-1].text)[len(_norm(plain[-1].text)) :]
+    assert len(lost.split()) >= 20, lost
+    assert "teacher wrote a long list of words" in lost
+
+
+def test_a_file_silero_is_unsure_of_keeps_its_speech() -> None:
+    """The long-form set's telephone file (300-3400 Hz, mu-law, hiss): Silero's threshold 0.5
+    keeps under a third of its loud 32 ms chunks; batched long-form's spans (the threshold
+    calibrated to the file) keep nearly all; on the pauses file they are CHUNK_VAD's."""
+
+    def loud_kept(audio: np.ndarray, spans: list[SpeechSpan]) -> float:
+        frames = audio[: len(audio) // 512 * 512].reshape(-1, 512)  # [N, 512]
+        loud = np.sqrt(np.square(frames).mean(axis=1)) > 0.01
+        kept = np.zeros(len(loud), dtype=bool)
+        for s in spans:
+            kept[s.start // 512 : s.end // 512] = True
+        return float((kept & loud).sum() / loud.sum())
+
+    phone = _long_file("phone").audio
+    assert loud_kept(phone, detect_speech(phone, CHUNK_VAD)) < 1 / 3
+    assert loud_kept(phone, chunk_spans(phone, None)) > 0.95
+    pauses = _long_file("pauses").audio
+    assert chunk_spans(pauses, None) == detect_speech(pauses, CHUNK_VAD)

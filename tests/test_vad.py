@@ -20,6 +20,7 @@ from xattn.model.audio.vad import (
     SpeechMap,
     SpeechSpan,
     VadOptions,
+    calibrated,
     speech_probs,
     speech_spans,
 )
@@ -165,6 +166,20 @@ def test_speech_map_and_frame_clock() -> None:
     assert smap.original(2.0, is_end=True) == 3.0  # a span's end stays in it
     clock = frame_clock(smap, 0.0, 150)  # 3 s of joined speech
     assert [(p.first, p.count, p.start) for p in clock] == [(0, 100, 1.0), (100, 50, 5.0)]
+
+
+def test_threshold_calibrated_to_a_file_silero_is_unsure_of() -> None:
+    """More chunks in [0.15, threshold) than at or above it: threshold 0.05, silence below
+    0.01; otherwise, or with a threshold already low, the options as given (pure)."""
+    unsure = np.array([0.3] * 60 + [0.7] * 10 + [0.001] * 30)
+    low = calibrated(unsure, VadOptions(min_silence_duration_ms=160))
+    assert low == VadOptions(threshold=0.05, min_silence_duration_ms=160)
+    assert speech_spans(unsure, len(unsure) * 512, low) != []
+    sure = np.array([0.3] * 40 + [0.9] * 50 + [0.001] * 10)
+    assert calibrated(sure, VadOptions()) == VadOptions()
+    assert calibrated(np.zeros(100), VadOptions()) == VadOptions()  # silence: nothing unsure
+    given = VadOptions(threshold=0.04, neg_threshold=0.02)
+    assert calibrated(unsure, given) is given
 
 
 def test_silence_only_decodes_nothing() -> None:
