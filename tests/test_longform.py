@@ -23,6 +23,7 @@ from xattn.model.audio.vad import (
     SpeechSpan,
     VadOptions,
     detect_speech,
+    group_spans,
     join_speech,
 )
 from xattn.model.decode.decoding import DecodeOptions
@@ -37,7 +38,7 @@ from xattn.model.transcribe.batched import (
 from xattn.model.transcribe.sequential import (
     Piece,
     open_tail,
-    resumed_seek,
+    resume_point,
     split_segments,
     transcribe,
 )
@@ -47,7 +48,7 @@ CLOSING = "ask what you can do for your country"
 
 
 def _options(**kw) -> DecodeOptions:
-    return DecodeOptions(language="en", temperatures=(0.0,), **kw)
+    return DecodeOptions(**({"language": "en", "temperatures": (0.0,)} | kw))
 
 
 def _norm(text: str) -> str:
@@ -171,16 +172,26 @@ def test_open_tail() -> None:
     assert not open_tail([ts, *text], pieces, eot)
 
 
-def test_resumed_seek() -> None:
-    """A window that ended on a single timestamp goes on from its last segment's end when more
-    than `after` seconds of it follow, else from its end (pure)."""
+def test_resume_point() -> None:
+    """In joined speech, more than `after` seconds without a segment is skipped speech: between
+    two segments, the later ones are dropped and the next window starts at the end of the one
+    before the gap; after the last one of a window that ended on a single timestamp, the next
+    starts at its end; otherwise all are kept and the window goes on from its end (pure)."""
     window_seek, end_seek, offset = 1000, 4000, 10.0  # a 30 s window from 10 s
+
+    def point(pieces: list[Piece], single: bool = True) -> tuple[int, int]:
+        return resume_point(pieces, end_seek, window_seek, offset, 2.0, single)
+
     early = [Piece(10.0, 12.0, ()), Piece(12.0, 14.56, ())]
-    assert resumed_seek(early, end_seek, window_seek, offset, 2.0) == 1456
-    late = [Piece(10.0, 38.5, ())]  # 1.5 s left
-    assert resumed_seek(late, end_seek, window_seek, offset, 2.0) == end_seek
-    assert resumed_seek([Piece(10.0, 10.0, ())], end_seek, window_seek, offset, 2.0) == end_seek
-    assert resumed_seek([], end_seek, window_seek, offset, 2.0) == end_seek
+    assert point(early) == (2, 1456)
+    assert point(early, single=False) == (2, end_seek)  # open: the seek is the caller's
+    assert point([Piece(10.0, 38.5, ())]) == (1, end_seek)  # 1.5 s left
+    assert point([Piece(10.0, 10.0, ())]) == (1, end_seek)  # no progress: the window's end
+    assert point([]) == (0, end_seek)
+    jump = [Piece(10.0, 14.4, ()), Piece(35.0, 39.9, ())]  # 20 s passed over
+    assert point(jump) == point(jump, single=False) == (1, 1440)
+    assert point([Piece(10.0, 14.4, ()), Piece(15.9, 39.9, ())]) == (2, end_seek)  # 1.5 s
+    assert point([Piece(16.0, 20.0, ()), Piece(20.0, 39.0, ())]) == (2, end_seek)  # at start
 
 
 def _long_file(name: str):
@@ -246,3 +257,32 @@ def test_a_file_silero_is_unsure_of_keeps_its_speech() -> None:
     assert loud_kept(phone, chunk_spans(phone, None)) > 0.95
     pauses = _long_file("pauses").audio
     assert chunk_spans(pauses, None) == detect_speech(pauses, CHUNK_VAD)
+
+
+def test_a_chunk_window_that_passes_over_speech_goes_on_from_the_gap() -> None:
+    """A chunk of 27 s of speech from the long-form set's Spanish file (base, language es) whose
+    first window's timestamps jump over ~20 s of speech between two segments: the reference
+    keeps both and goes on from the window's end; with resume_after the segments after the
+    jump are dropped and the next window starts where the speech was passed over, so the
+    sentences there are decoded."""
+    audio = _long_file("spanish").audio
+    spans = detect_speech(audio, CHUNK_VAD)
+    at = 41 * SAMPLE_RATE
+    chunk = next(g for g in group_spans(spans, 27.0) if g[0].start <= at < g[-1].end)
+    speech = join_speech(audio, chunk)
+    ctx = pipeline("base").context
+    options = _options(language="es")
+
+    def run(resume: float | None) -> list:
+        with torch.inference_mode():
+            return list(transcribe(ctx, speech, options, keep_open_tails=True, resume_after=resume))
+
+    plain, resumed = run(None), run(RESUME_AFTER)
+    first = [e for e in plain if isinstance(e, Segment) and e.window == 0]
+    gaps = [b.start - a.end for a, b in zip(first, first[1:], strict=False)]
+    jump = next(i for i, g in enumerate(gaps) if g > RESUME_AFTER)  # passed over
+    starts = [e.offset for e in resumed if isinstance(e, WindowStart)]
+    assert starts[1] == pytest.approx(first[jump].end, abs=0.02)
+    again = [e for e in resumed if isinstance(e, Segment) and e.window == 0]
+    assert [s.tokens for s in again] == [s.tokens for s in first[: jump + 1]]
+    assert len(_norm(resumed[-1].text).split()) >= len(_norm(plain[-1].text).split()) + 20

@@ -70,8 +70,8 @@ QUIET_FRAME = 320  # samples: 20 ms, the loudness measured over each
 # after window)
 CHUNK_VAD = VadOptions(min_silence_duration_ms=160)
 # a chunk of joined speech keeps at most ~0.8 s of silence in a row (the spans' padding), so
-# a window whose decode ends more than this before its audio does stopped short of speech:
-# its chunk goes on from the last segment's end (sequential.transcribe's `resume_after`)
+# more than this without a segment in a window (between two, or after the last one) is speech
+# the decoder passed over: its chunk goes on from there (sequential.transcribe's resume_after)
 RESUME_AFTER = 2.0
 
 

@@ -190,18 +190,35 @@ def open_tail(tokens: list[int], pieces: list[Piece], eot: int) -> bool:
     return any(t < eot for t in tokens[sum(len(p.tokens) for p in pieces) :])
 
 
-def resumed_seek(
-    pieces: list[Piece], seek: int, window_seek: int, time_offset: float, after: float
-) -> int:
-    """Where a window that ended on a single timestamp goes on from: its last segment's end
-    when more than `after` seconds of the window (up to `seek`, its end) follow it and the
-    segment moved past the window's start, else `seek` (pure)."""
-    if not pieces:
-        return seek
-    end = round((pieces[-1].end - time_offset) * FRAMES_PER_SECOND)  # frames into the window
+def resume_point(
+    pieces: list[Piece],
+    seek: int,
+    window_seek: int,
+    time_offset: float,
+    after: float,
+    single_ending: bool,
+) -> tuple[int, int]:
+    """(how many of a window's segments to keep, where the next window starts) when its audio is
+    joined speech: more than `after` seconds without a segment, between two of them or, in a
+    window that ended on a single timestamp, after the last one up to the window's end
+    (`seek`), is speech the decoder skipped; the segments before it are kept and the next
+    window starts at the end of the last of them. Otherwise all of them and `seek`. A gap
+    before the first segment is left (a window from the same place would decode the same)
+    (pure)."""
+
+    def frames(t: float) -> int:  # a time of the window -> frames into it
+        return round((t - time_offset) * FRAMES_PER_SECOND)
+
+    for i in range(1, len(pieces)):
+        end = pieces[i - 1].end
+        if pieces[i].start - end > after and frames(end) > 0:
+            return i, window_seek + frames(end)
+    if not single_ending or not pieces:
+        return len(pieces), seek
+    end = frames(pieces[-1].end)
     if end <= 0 or (seek - window_seek - end) / FRAMES_PER_SECOND <= after:
-        return seek
-    return window_seek + end
+        return len(pieces), seek
+    return len(pieces), window_seek + end
 
 
 def transcribe(
@@ -217,11 +234,12 @@ def transcribe(
     (the batched pipeline's, which encodes first windows together); None: here, one by one.
     `keep_open_tails`: a window after one that ended with an open segment is never skipped as
     silence (the batched pipeline's chunks, whose last window is often that short tail; the
-    reference skips it). `resume_after` (seconds): a window whose decode ends on a single
-    timestamp with more than this much of its audio after its last segment is followed by a
-    window from that segment's end, not from the window's end as the reference does (the
-    batched pipeline's chunks are joined speech: audio the decoder stopped short of is speech
-    it skipped); None: never."""
+    reference skips it). `resume_after` (seconds): where a window's segments leave more than
+    this much of its audio without text (between two segments, or after the last one of a
+    window that ended on a single timestamp), the segments after that gap are dropped and the
+    next window starts at the end of the one before it (`resume_point`), where the reference
+    keeps them and goes on from the window's end (the batched pipeline's chunks are joined
+    speech: audio the decoder passed over is speech it skipped); None: never."""
     model, tok = ctx.model, ctx.tokenizer
     device = model.device
     run = model_work(ctx.batcher)
@@ -315,9 +333,13 @@ def transcribe(
             list(result.tokens), tok.timestamp_begin, time_offset, segment_size
         )
         window_seek, seek = seek, seek + advance
-        if resume_after is not None and single_ending:
-            seek = resumed_seek(pieces, seek, window_seek, time_offset, resume_after)
         after_open = not single_ending and open_tail(list(result.tokens), pieces, tok.eot)
+        if resume_after is not None:
+            keep, seek = resume_point(
+                pieces, seek, window_seek, time_offset, resume_after, single_ending
+            )
+            if keep < len(pieces):  # words skipped after pieces[keep - 1]: decoded next
+                pieces, single_ending, after_open = pieces[:keep], False, True
         words: list[tuple] = [() for _ in pieces]
         timings: list[tuple] = [() for _ in pieces]
         if options.word_timestamps and ctx.aligner is not None:
