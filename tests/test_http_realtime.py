@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,8 +30,9 @@ from openai_ref import pipeline
 from wording import word_distance
 
 from xattn.model.audio import decode_audio
+from xattn.model.audio.resample import StreamResampler
 from xattn.service.background import BackgroundServer
-from xattn.service.http.realtime import INPUT_RATE, StreamResampler
+from xattn.service.http.realtime import INPUT_RATE
 from xattn.service.server import ServerConfig
 from xattn.v1 import transcriber_pb2 as pb
 from xattn.v1 import transcriber_pb2_grpc
@@ -63,7 +66,7 @@ def b64(samples: np.ndarray) -> str:
 
 def as_16k(pcm: np.ndarray, cuts: list[int]) -> list[bytes]:
     """What the server makes of `pcm` appended in pieces ending at `cuts`: float32 at 16 kHz."""
-    r, out, at = StreamResampler(), [], 0
+    r, out, at = StreamResampler(INPUT_RATE), [], 0
     for cut in cuts:
         y = r.feed(pcm[at:cut].astype(np.float32) / 32768.0)
         out.append(np.clip(y, -1, 1).astype("<f4").tobytes())
@@ -147,7 +150,7 @@ async def until(conn: object, events: list[dict], stop: str, count: int = 1) -> 
 def test_resampler_streams_as_the_whole_signal() -> None:
     x = np.random.default_rng(0).uniform(-1, 1, 24001).astype(np.float32)
     whole = AF.resample(torch.from_numpy(x), 3, 2).numpy()
-    r, parts, at = StreamResampler(), [], 0
+    r, parts, at = StreamResampler(INPUT_RATE), [], 0
     for n in (1, 2, 100, 2400, 7, 5000, 16000):
         parts.append(r.feed(x[at : at + n]))
         at += n
@@ -156,6 +159,37 @@ def test_resampler_streams_as_the_whole_signal() -> None:
     streamed = np.concatenate(parts)
     assert streamed.shape == whole.shape
     np.testing.assert_allclose(streamed, whole, atol=1e-5)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs /proc (Linux)")
+def test_resampling_starts_no_threads() -> None:
+    """The resampler runs on the event loop's thread: pieces of 200 ms and 2 s start no native
+    thread there (a torch convolution started an OpenMP team of its own for that thread, which
+    with the model thread's team is more teams than cores)."""
+    x = np.random.default_rng(1).uniform(-1, 1, 2 * INPUT_RATE).astype(np.float32)
+
+    def native() -> int:
+        return len(os.listdir("/proc/self/task")) - threading.active_count()
+
+    done, release = threading.Event(), threading.Event()
+
+    def stream() -> None:  # counted while it lives: a joined thread may linger in /proc
+        r = StreamResampler(INPUT_RATE)
+        for n in (4800, 48000):
+            r.feed(x[:n])
+        r.flush()
+        done.set()
+        release.wait()
+
+    torch.ones(512, 512) @ torch.ones(512, 512)  # this thread's team, if any, before
+    before = native()
+    thread = threading.Thread(target=stream)
+    thread.start()
+    done.wait()
+    during = native()
+    release.set()
+    thread.join()
+    assert during == before
 
 
 def test_paced_session_through_the_sdk(server: tuple, jfk24: np.ndarray) -> None:

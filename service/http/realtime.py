@@ -5,7 +5,7 @@
 server answers with the events OpenAI's Realtime API defines (docs/realtime.md). Each stretch
 of audio between commits (or clears) is one `LiveSession`, fed from a queue with the same
 requests a gRPC client sends, so admission, limits, the idle timeout and cancellation are the
-gRPC stream's. PCM16 at 24 kHz is resampled to 16 kHz as it arrives (`StreamResampler`).
+gRPC stream's. PCM16 at 24 kHz is resampled to 16 kHz as it arrives (`xattn.model.audio.resample`).
 
 Turns: with `server_vad` (the default) the stream runs our Silero VAD and a turn is a speech
 (speech_started .. speech_stopped, committed at its end, as the live policy commits an
@@ -25,14 +25,12 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from fractions import Fraction
 
 import numpy as np
-import torch
-import torchaudio.functional as AF
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from xattn.model.audio import SAMPLE_RATE
+from xattn.model.audio.resample import StreamResampler
 from xattn.service.engine import Engine
 from xattn.service.http.realtime_session import (
     EventError,
@@ -57,49 +55,6 @@ def _id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:20]}"
 
 
-class StreamResampler:
-    """Mono float32 at `rate` in any pieces -> 16 kHz float32, equal (to float rounding) to
-    torchaudio's resample of the whole signal: each call resamples the new samples with a
-    margin of those before (and after: kept until they arrive) that the kernel reaches."""
-
-    def __init__(self, rate: int = INPUT_RATE) -> None:
-        ratio = Fraction(rate, SAMPLE_RATE)
-        self.p, self.q = ratio.numerator, ratio.denominator  # p in -> q out
-        self.margin = self.p * max(1, -(-64 // self.p))  # input samples; > the kernel's reach
-        self._buf = np.zeros(self.margin, np.float32)  # input from position _start on
-        self._start = -self.margin  # the signal starts with zeros, as torchaudio pads it
-        self._done = 0  # input position (a multiple of p) up to which output was given
-
-    def _out(self, upto: int, pad: int = 0) -> np.ndarray:
-        """The output for input positions [_done, upto); upto - _start + pad is whole steps."""
-        x = np.concatenate([self._buf[: upto + self.margin - self._start], np.zeros(pad)])
-        y = AF.resample(torch.from_numpy(x.astype(np.float32)), self.p, self.q).numpy()
-        first = (self._done - self._start) * self.q // self.p
-        return y[first:]
-
-    def feed(self, x: np.ndarray) -> np.ndarray:
-        self._buf = np.concatenate([self._buf, x.astype(np.float32)])
-        end = (self._start + len(self._buf) - self.margin) // self.p * self.p
-        if end <= self._done:
-            return np.zeros(0, np.float32)
-        y = self._out(end)[: (end - self._done) * self.q // self.p]
-        self._buf = self._buf[end - self.margin - self._start :]
-        self._start, self._done = end - self.margin, end
-        return y
-
-    def flush(self) -> np.ndarray:
-        """The rest (the signal ends here, followed by zeros, as torchaudio pads it)."""
-        total = self._start + len(self._buf)
-        if total <= self._done:
-            return np.zeros(0, np.float32)
-        n = -(-(total - self._done) * self.q // self.p)  # ceil, as torchaudio's length
-        pad = self.margin + (-(total - self._start)) % self.p
-        self._buf = np.concatenate([self._buf, np.zeros(pad, np.float32)])
-        y = self._out(total + pad - self.margin)[:n]
-        self._done = total
-        return y
-
-
 @dataclass
 class _Item:
     """One conversation item: a turn's transcription."""
@@ -116,7 +71,7 @@ class _Turns:
 
     def __init__(self, rt: Realtime, config: SessionConfig, base_ms: int) -> None:
         self.rt, self.config, self.base_ms = rt, config, base_ms
-        self.resampler = StreamResampler()
+        self.resampler = StreamResampler(INPUT_RATE)
         self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
         self.samples = 0  # 16 kHz samples queued
         self.item: _Item | None = None if config.vad else _Item(_id("item"), base_ms)
