@@ -294,8 +294,8 @@ def calibrated(probs: np.ndarray, options: VadOptions) -> VadOptions:
     Silero scores narrow-band speech under line noise low throughout: on the long-form set's
     telephone file 5.8 % of chunks reach 0.5, 30 % lie in [0.15, 0.5), a ratio of 5.2, while
     on every real clip of ../shared/eval, jfk and the set's other files the ratio is at most
-    0.25. Its silence and hiss stay below 0.01 there, its speech mostly above 0.05, so that
-    threshold keeps the speech; what it lets through besides, the decoder's no-speech rule
+    0.25. Its silence and hiss mostly score below 0.01 there, its speech mostly above 0.05, so
+    that threshold keeps the speech; what it lets through besides, the decoder's no-speech rule
     still drops (docs/how-it-works.md, "Batched long-form")."""
     sure = int(np.count_nonzero(probs >= options.threshold))
     unsure = int(np.count_nonzero((probs >= UNSURE) & (probs < options.threshold)))
