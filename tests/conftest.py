@@ -3,6 +3,7 @@
 
 import os
 import shutil
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -67,6 +68,25 @@ def _shared(name: str) -> Path:
     if not path.is_file():
         pytest.skip(f"shared test audio missing: {path}")
     return path
+
+
+def native_threads() -> int:
+    """Threads of this process that Python did not start (OpenMP's teams among them); a
+    thread counted must be alive: one just joined may linger in /proc a moment."""
+    return len(os.listdir("/proc/self/task")) - threading.active_count()
+
+
+def long_form_file(name: str):
+    """File `name` of the long-form set (benchmarks.longform_set: built from ../shared/eval,
+    cached), or a skip naming what is missing."""
+    if not (SHARED_AUDIO.parent / "eval" / "manifest.jsonl").is_file():
+        pytest.skip("shared eval audio missing (../shared/eval)")
+    from benchmarks.longform_set import EspeakMissing, build
+
+    try:
+        return build(name)
+    except EspeakMissing:
+        pytest.skip("espeak-ng missing")
 
 
 @pytest.fixture(scope="session")

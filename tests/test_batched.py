@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import grpc
 import numpy as np
 import pytest
-from conftest import SHARED_AUDIO, tokens_per_window
+from conftest import SHARED_AUDIO, long_form_file, tokens_per_window
 from openai_ref import pipeline
 
 from xattn.model.audio import vad
@@ -21,7 +21,7 @@ from xattn.model.audio.features import decode_audio
 from xattn.model.audio.vad import SAMPLE_RATE
 from xattn.model.decode.decoding import DecodeOptions, OptionsError
 from xattn.model.decode.results import Segment, TokenEvent, Transcript, WindowStart
-from xattn.model.transcribe.batched import chunk_vad, quiet_cuts, windows_of
+from xattn.model.transcribe.batched import chunk_spans, quiet_cuts, windows_of
 from xattn.service.background import BackgroundServer
 from xattn.service.server import ServerConfig
 from xattn.v1 import transcriber_pb2 as pb
@@ -58,7 +58,7 @@ def batched(long_audio) -> list:
 
 
 def _chunks(audio: np.ndarray) -> int:
-    return len(windows_of(audio, vad.detect_speech(audio, chunk_vad(None))))
+    return len(windows_of(audio, chunk_spans(audio, None)))
 
 
 def test_batched_equals_one_by_one(long_audio, batched) -> None:
@@ -95,11 +95,7 @@ def test_long_file_batched_equals_one_by_one() -> None:
     """The long-form set's `pauses` file (benchmarks.longform_set: the shared English clips and
     jfk with 0.5-30 s pauses, noise in some): batch 8 gives each window the tokens that window
     gets decoded alone; every row sums to 1; words and segments are in order."""
-    if not (SHARED_AUDIO.parent / "eval/manifest.jsonl").is_file():
-        pytest.skip("shared eval audio missing")
-    from benchmarks.longform_set import build
-
-    audio = build("pauses").audio
+    audio = long_form_file("pauses").audio
     batched = _run(audio, 8, vad=True)
     tokens = tokens_per_window(batched)
     assert len(tokens) >= 8 and tokens == tokens_per_window(_run(audio, 1, vad=True))

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import native_threads
 
 from xattn.model.audio.features import decode_audio
 from xattn.model.decode.decoding import DecodeOptions
@@ -221,11 +222,6 @@ async def test_admission_refuses_when_the_queue_would_wait_too_long(jfk_path: Pa
     c = eng.counters()
     await eng.close()
     assert (c.rejected, c.finished, c.in_flight) == (1, 2, 0)
-
-
-def native_threads() -> int:
-    """Threads of this process that Python did not start (OpenMP's teams among them)."""
-    return len(os.listdir("/proc/self/task")) - threading.active_count()
 
 
 @pytest.mark.asyncio

@@ -26,6 +26,7 @@ import openai
 import pytest
 import torch
 import torchaudio.functional as AF
+from conftest import native_threads
 from openai_ref import pipeline
 from wording import word_distance
 
@@ -168,9 +169,6 @@ def test_resampling_starts_no_threads() -> None:
     with the model thread's team is more teams than cores)."""
     x = np.random.default_rng(1).uniform(-1, 1, 2 * INPUT_RATE).astype(np.float32)
 
-    def native() -> int:
-        return len(os.listdir("/proc/self/task")) - threading.active_count()
-
     done, release = threading.Event(), threading.Event()
 
     def stream() -> None:  # counted while it lives: a joined thread may linger in /proc
@@ -182,11 +180,11 @@ def test_resampling_starts_no_threads() -> None:
         release.wait()
 
     torch.ones(512, 512) @ torch.ones(512, 512)  # this thread's team, if any, before
-    before = native()
+    before = native_threads()
     thread = threading.Thread(target=stream)
     thread.start()
     done.wait()
-    during = native()
+    during = native_threads()
     release.set()
     thread.join()
     assert during == before

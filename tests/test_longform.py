@@ -14,7 +14,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from conftest import SHARED_AUDIO, tokens_per_window
+from conftest import long_form_file, tokens_per_window
 from openai_ref import pipeline
 
 from xattn.model.audio import decode_audio
@@ -194,26 +194,13 @@ def test_resume_point() -> None:
     assert point([Piece(16.0, 20.0, ()), Piece(20.0, 39.0, ())]) == (2, end_seek)  # at start
 
 
-def _long_file(name: str):
-    """File `name` of the long-form set (benchmarks.longform_set), or a skip naming what is
-    missing."""
-    if not (SHARED_AUDIO.parent / "eval" / "manifest.jsonl").is_file():
-        pytest.skip("shared eval audio missing (../shared/eval)")
-    from benchmarks.longform_set import EspeakMissing, build
-
-    try:
-        return build(name)
-    except EspeakMissing:
-        pytest.skip("espeak-ng missing")
-
-
 def test_a_chunk_window_that_stops_short_goes_on() -> None:
     """A chunk of the long-form set's no-gap file (clips and synthetic speakers with no gaps;
     spans at threshold 0.35) whose first window's decode ends at a timestamp seconds before its
     audio does: the reference rule jumps to the window's end and loses the speech after it;
     with resume_after a window from the last segment's end decodes it, and the segments before
     it are unchanged (nothing doubled)."""
-    audio = _long_file("no-gap").audio
+    audio = long_form_file("no-gap").audio
     spans = detect_speech(audio, VadOptions(threshold=0.35, min_silence_duration_ms=160))
     at = 210 * SAMPLE_RATE
     chunk = next(c for c in windows_of(audio, spans) if c.spans[0].start <= at < c.spans[-1].end)
@@ -252,10 +239,10 @@ def test_a_file_silero_is_unsure_of_keeps_its_speech() -> None:
             kept[s.start // 512 : s.end // 512] = True
         return float((kept & loud).sum() / loud.sum())
 
-    phone = _long_file("phone").audio
+    phone = long_form_file("phone").audio
     assert loud_kept(phone, detect_speech(phone, CHUNK_VAD)) < 1 / 3
     assert loud_kept(phone, chunk_spans(phone, None)) > 0.95
-    pauses = _long_file("pauses").audio
+    pauses = long_form_file("pauses").audio
     assert chunk_spans(pauses, None) == detect_speech(pauses, CHUNK_VAD)
 
 
@@ -265,7 +252,7 @@ def test_a_chunk_window_that_passes_over_speech_goes_on_from_the_gap() -> None:
     keeps both and goes on from the window's end; with resume_after the segments after the
     jump are dropped and the next window starts where the speech was passed over, so the
     sentences there are decoded."""
-    audio = _long_file("spanish").audio
+    audio = long_form_file("spanish").audio
     spans = detect_speech(audio, CHUNK_VAD)
     at = 41 * SAMPLE_RATE
     chunk = next(g for g in group_spans(spans, 27.0) if g[0].start <= at < g[-1].end)

@@ -56,6 +56,7 @@ from xattn.model.decode.results import (
     WindowStart,
 )
 from xattn.model.decode.step_batcher import CallerThread, StepBatcher, model_work
+from xattn.model.decode.step_batcher import encode as encode_window
 from xattn.model.net.kv_cache import CrossKV, KVCache
 from xattn.model.transcribe.sequential import Context, transcribe
 from xattn.model.transcribe.vad_filter import frame_clock, map_segment
@@ -75,16 +76,11 @@ CHUNK_VAD = VadOptions(min_silence_duration_ms=160)
 RESUME_AFTER = 2.0
 
 
-def chunk_vad(options: VadOptions | None) -> VadOptions:
-    """The VAD options of batched long-form: the caller's as given, else CHUNK_VAD."""
-    return CHUNK_VAD if options is None else options
-
-
 def chunk_spans(audio: np.ndarray, options: VadOptions | None) -> list[SpeechSpan]:
     """The speech spans that batched long-form cuts into chunks: with the caller's VAD options
     as given, else with CHUNK_VAD, its threshold calibrated to the file (vad.calibrated)."""
     probs = speech_probs(audio)
-    vad = chunk_vad(options) if options is not None else calibrated(probs, CHUNK_VAD)
+    vad = options if options is not None else calibrated(probs, CHUNK_VAD)
     return speech_spans(probs, len(audio), vad)
 
 
@@ -287,14 +283,14 @@ class _Window:
             events.close()
 
     def _encode(self, seek: int, mel: torch.Tensor) -> tuple[torch.Tensor, KVCache]:
-        """The chunk's first window from _Encoded, the next ones here (on the model thread)."""
+        """The chunk's first window from _Encoded, the next ones as `transcribe` encodes its
+        windows (step_batcher.encode: padded, encoded and its K/V made in one turn on the
+        model thread). `mel`: [n_mels, <= 3000]."""
         model = self.ctx.model
-        if seek == 0:
-            features, cross = self.encoded.take(self.piece.index)
-        else:
+        if seek > 0:
             dtype = next(model.parameters()).dtype
-            features = model_work(self.ctx.batcher)(model.encoder, mel[None].to(dtype))
-            cross = model_work(self.ctx.batcher)(model.decoder.cross_kv, features)
+            return encode_window(self.ctx.batcher, model, mel[None].to(dtype))
+        features, cross = self.encoded.take(self.piece.index)
         return features, KVCache(cross, model.dims.n_text_ctx)
 
     def _window(self, local: int) -> int:

@@ -23,7 +23,6 @@ from xattn.model.audio.features import (
     N_SAMPLES,
     SAMPLE_RATE,
     log_mel_spectrogram,
-    pad_or_trim,
 )
 from xattn.model.decode.beams import window_decoder
 from xattn.model.decode.decoding import (
@@ -230,8 +229,9 @@ def transcribe(
     resume_after: float | None = None,
 ) -> Generator[Event, None, None]:
     """Yield every event of the transcription of `audio` (16 kHz mono float32). `encode`:
-    (seek, the window's mel [n_mels, 3000]) -> its encoder output [1, 1500, d] and K/V cache
-    (the batched pipeline's, which encodes first windows together); None: here, one by one.
+    (seek, the window's mel [n_mels, <= 3000], unpadded) -> its encoder output [1, 1500, d]
+    and K/V cache (the batched pipeline's, which encodes first windows together); None: here,
+    one by one.
     `keep_open_tails`: a window after one that ended with an open segment is never skipped as
     silence (the batched pipeline's chunks, whose last window is often that short tail; the
     reference skips it). `resume_after` (seconds): where a window's segments leave more than
@@ -288,7 +288,7 @@ def transcribe(
             # frames in the same turn on the model thread (a window's copy is a parallel op)
             features, cache = encode_window(ctx.batcher, model, window_mel[None].to(dtype))
         else:
-            features, cache = encode(seek, run(pad_or_trim, window_mel, N_FRAMES))
+            features, cache = encode(seek, window_mel)
         num_frames = segment_size // INPUT_STRIDE
         yield WindowStart(window, time_offset, num_frames, language)
 
