@@ -30,6 +30,7 @@ from xattn.model.decode.decoding import DecodeOptions
 from xattn.model.decode.results import Segment, WindowStart
 from xattn.model.transcribe.batched import (
     CHUNK_VAD,
+    MIN_TAIL,
     RESUME_AFTER,
     chunk_spans,
     quiet_cuts,
@@ -67,7 +68,7 @@ def _chunks(audio: np.ndarray, options: DecodeOptions):
 
 def _sequential_per_chunk(audio: np.ndarray, options: DecodeOptions) -> dict[int, list[int]]:
     """Each chunk transcribed alone, sequentially (with keep_open_tails, as batched: a window
-    after an open segment is not skipped as silence; with VAD, resume_after as batched), its
+    after an open segment is not skipped as silence; min_tail; with VAD, resume_after), its
     k-th window numbered as batched numbers it (chunk + k x chunks)."""
     chunks = _chunks(audio, options)
     plain = dataclasses.replace(options, vad_filter=False, batch_size=None)
@@ -77,7 +78,11 @@ def _sequential_per_chunk(audio: np.ndarray, options: DecodeOptions) -> dict[int
     for c in chunks:
         speech = join_speech(audio, c.spans)
         with torch.inference_mode():
-            alone = list(transcribe(ctx, speech, plain, keep_open_tails=True, resume_after=resume))
+            alone = list(
+                transcribe(
+                    ctx, speech, plain, keep_open_tails=True, resume_after=resume, min_tail=MIN_TAIL
+                )
+            )
         for k, tokens in tokens_per_window(alone).items():
             out[c.index + k * len(chunks)] = tokens
     return out
@@ -273,3 +278,32 @@ def test_a_chunk_window_that_passes_over_speech_goes_on_from_the_gap() -> None:
     again = [e for e in resumed if isinstance(e, Segment) and e.window == 0]
     assert [s.tokens for s in again] == [s.tokens for s in first[: jump + 1]]
     assert len(_norm(resumed[-1].text).split()) >= len(_norm(plain[-1].text).split()) + 20
+
+
+def test_a_chunk_tail_shorter_than_min_tail_is_not_decoded() -> None:
+    """A chunk of the long-form set's no-gap file whose first window's decode ends a few
+    hundredths of a second before the chunk does: the reference decodes that tail in a window
+    of its own (an encoder pass, no text); with min_tail it is left, the text the same."""
+    audio = long_form_file("no-gap").audio
+    at = 40 * SAMPLE_RATE
+    chunk = [c for c in _chunks(audio, _options(vad_filter=True)) if c.spans[0].start <= at][-1]
+    speech = join_speech(audio, chunk.spans)
+    ctx = pipeline("tiny.en").context
+
+    def run(min_tail: float) -> list:
+        with torch.inference_mode():
+            events = transcribe(
+                ctx,
+                speech,
+                _options(),
+                keep_open_tails=True,
+                resume_after=RESUME_AFTER,
+                min_tail=min_tail,
+            )
+            return list(events)
+
+    plain, short = run(0.0), run(MIN_TAIL)
+    starts = [e.offset for e in plain if isinstance(e, WindowStart)]
+    assert len(starts) == 2 and len(speech) / SAMPLE_RATE - starts[1] < MIN_TAIL
+    assert [e.offset for e in short if isinstance(e, WindowStart)] == [0.0]
+    assert short[-1].text == plain[-1].text

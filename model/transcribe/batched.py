@@ -74,6 +74,10 @@ CHUNK_VAD = VadOptions(min_silence_duration_ms=160)
 # more than this without a segment in a window (between two, or after the last one) is speech
 # the decoder passed over: its chunk goes on from there (sequential.transcribe's resume_after)
 RESUME_AFTER = 2.0
+# less than this left of a chunk after a window (seconds) is its span's padding, not decoded
+# (sequential.transcribe's min_tail): seen, 0.1-0.8 s tails that cost an encoder pass each and
+# gave nothing, or a hallucination after every fallback temperature
+MIN_TAIL = 1.0
 
 
 def chunk_spans(audio: np.ndarray, options: VadOptions | None) -> list[SpeechSpan]:
@@ -270,6 +274,7 @@ class _Window:
             encode=encode,
             keep_open_tails=True,
             resume_after=self.resume_after,
+            min_tail=MIN_TAIL,
         )
         try:
             for event in events:

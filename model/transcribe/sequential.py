@@ -227,6 +227,7 @@ def transcribe(
     encode: Encode | None = None,
     keep_open_tails: bool = False,
     resume_after: float | None = None,
+    min_tail: float = 0.0,
 ) -> Generator[Event, None, None]:
     """Yield every event of the transcription of `audio` (16 kHz mono float32). `encode`:
     (seek, the window's mel [n_mels, <= 3000], unpadded) -> its encoder output [1, 1500, d]
@@ -239,7 +240,11 @@ def transcribe(
     window that ended on a single timestamp), the segments after that gap are dropped and the
     next window starts at the end of the one before it (`resume_point`), where the reference
     keeps them and goes on from the window's end (the batched pipeline's chunks are joined
-    speech: audio the decoder passed over is speech it skipped); None: never."""
+    speech: audio the decoder passed over is speech it skipped); None: never. `min_tail`
+    (seconds): a window after the first that would hold less audio than this, all of it the
+    last of the file, is not decoded (whisper.cpp's rule: under a second left ends the decode;
+    the batched pipeline's chunks, whose ends are a span's padding); 0: every window, as the
+    reference."""
     model, tok = ctx.model, ctx.tokenizer
     device = model.device
     run = model_work(ctx.batcher)
@@ -279,6 +284,11 @@ def transcribe(
             clip += 1
             if clip < len(clips):
                 seek = clips[clip][0]
+            continue
+        if window > 0 and content_frames - seek < min_tail * FRAMES_PER_SECOND:
+            left = (content_frames - seek) / FRAMES_PER_SECOND
+            log.debug("%.2f s left after window %d: not decoded", left, window)
+            seek = content_frames
             continue
         time_offset = seek * HOP_LENGTH / SAMPLE_RATE
         segment_size = min(N_FRAMES, content_frames - seek, clip_end - seek)
