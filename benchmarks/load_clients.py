@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -59,7 +59,8 @@ class Refused(Exception):
 @dataclass
 class Sent:
     """One request: its clip, seconds from the first attempt to the whole text and to the
-    first text (None: none came), refusals before it was taken, its text, or its error."""
+    first text (None: none came), refusals before it was taken, its text, or its error, and
+    when it ended."""
 
     clip: int
     latency: float | None = None
@@ -67,6 +68,7 @@ class Sent:
     refusals: int = 0
     text: str | None = None
     error: str | None = None
+    end: float | None = None  # when it ended (time.perf_counter; run_level: from the start)
 
 
 def grpc_wait(error: grpc.RpcError) -> float | None:
@@ -176,8 +178,9 @@ def timed(clip: int, attempt: Callable[[], tuple[float, float | None, str | None
     try:
         (total, first, text), refusals, offset = retrying(attempt)
     except Exception as e:  # noqa: BLE001 - a failed request is a figure, not an end
-        return Sent(clip, error=f"{type(e).__name__}: {e}"[:300])
-    return Sent(clip, offset + total, None if first is None else offset + first, refusals, text)
+        return Sent(clip, error=f"{type(e).__name__}: {e}"[:300], end=time.perf_counter())
+    first = None if first is None else offset + first
+    return Sent(clip, offset + total, first, refusals, text, end=time.perf_counter())
 
 
 def case_name(face: str, decoding: str, clients: int) -> str:
@@ -193,7 +196,9 @@ def run_level(
     sender: Callable[[], Callable[[int, int], Sent]], clients: int, each: int, n: int
 ) -> dict[str, Any]:
     """`clients` threads, each with the send function `sender()` makes for it (its own
-    connection), sending `each` requests back to back: every Sent and the wall time."""
+    connection), sending `each` requests back to back: every Sent (`end` from the start), the
+    wall time, and `busy`: the seconds until the first client sent its last request's end,
+    while every client was sending (the rest is the drain, fewer clients at a time)."""
     senders = [sender() for _ in range(clients)]
     senders[0](0, 0)  # one untimed request first (the peer loads its model on the first)
 
@@ -202,8 +207,11 @@ def run_level(
 
     t0 = time.perf_counter()
     with ThreadPoolExecutor(clients) as pool:
-        sent = [s for ss in pool.map(client, range(clients)) for s in ss]
-    return {"clients": clients, "wall": time.perf_counter() - t0, "sent": [asdict(s) for s in sent]}
+        per_client = list(pool.map(client, range(clients)))
+    wall = time.perf_counter() - t0
+    sent = [replace(s, end=(s.end or t0) - t0) for ss in per_client for s in ss]
+    busy = min(max(s.end or t0 for s in ss) for ss in per_client) - t0
+    return {"clients": clients, "wall": wall, "busy": busy, "sent": [asdict(s) for s in sent]}
 
 
 def grpc_sender(
@@ -333,6 +341,13 @@ def cases(spec: Mapping[str, Any]) -> dict[str, Callable[[], str]]:
             mixed(stub, clips, Path(m["long"]).read_bytes(), m["clients"], m["each"])
         )
     return out
+
+
+def busy_rate(sent: list[Mapping[str, Any]], busy: float) -> float:
+    """Requests a second that ended within the first `busy` seconds (while every client was
+    sending: run_level), the steady rate without the drain."""
+    done = [s for s in sent if s["error"] is None and s["end"] is not None and s["end"] <= busy]
+    return len(done) / busy
 
 
 def summary(sent: list[Mapping[str, Any]], wall: float) -> dict[str, Any]:

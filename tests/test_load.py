@@ -16,6 +16,7 @@ from benchmarks.load_clients import (
     DEFAULT_WAIT,
     Refused,
     Sent,
+    busy_rate,
     clip_of,
     grpc_sender,
     http_sender,
@@ -103,6 +104,37 @@ def test_a_level_row_counts_the_windows_encoded_and_the_slowdown() -> None:
     assert loaded["windows encoded a request"] == 1.5
     assert loaded["of limit (windows encoded)"] == loaded["of limit"] == "38%"
     assert loaded["p99 / p50"] == 1.5
+
+
+def test_a_level_counts_its_rate_while_every_client_sends() -> None:
+    """Two clients: one sends two requests ending at 1 s and 2 s, the other two ending at 3 s
+    and 9 s (the drain: it sends alone after 2 s). While both send (2 s) 2 requests ended."""
+    ends = {(0, 0): 1.0, (0, 1): 2.0, (1, 0): 3.0, (1, 1): 9.0}
+
+    def sender():
+        def send(clip: int, k: int) -> Sent:  # client i sends clip i here (2 clips)
+            return Sent(clip, latency=1.0, text="x", end=time.perf_counter() + ends[clip, k])
+
+        return send
+
+    raw = run_level(sender, clients=2, each=2, n=2)
+    assert raw["busy"] == pytest.approx(2.0, abs=0.5)  # ends are from the level's start
+    assert busy_rate(raw["sent"], raw["busy"]) == pytest.approx(1.0, abs=0.25)
+    assert summary(raw["sent"], raw["wall"])["rps"] == 4 / raw["wall"]
+
+
+def test_a_level_row_reads_the_share_while_every_client_sends() -> None:
+    """Two clients, four 10 s clips (one window each, encoder 0.5 s): 4 requests in 8 s is 25 %
+    of the limit; 3 of them ended in the first 4 s, while both sent: 38 %."""
+    from benchmarks.load import Levels
+
+    sent = [Sent(0, latency=2.0, text="x", end=e).__dict__ for e in (2.0, 3.0, 4.0, 8.0)]
+    raw = {"sent": sent, "wall": 8.0, "busy": 4.0, "clients": 2}
+    levels = Levels([10.0], probe=lambda: None)
+    levels.runs.append(("ours", "gRPC", "beam 5", raw, 100.0))
+    (row,) = levels.rows(0.5, "ours")
+    assert (row["of limit"], row["of limit, all sending"]) == ("25%", "38%")
+    assert (row["req/s"], row["req/s, all sending"]) == (0.5, 0.75)
 
 
 def test_the_goals_read_the_rows_at_8_clients_and_more() -> None:
