@@ -34,7 +34,7 @@ import numpy as np
 
 from xattn.model.audio.features import decode_audio, to_16k
 from xattn.model.decode.decoding import DecodeOptions, OptionsError
-from xattn.model.decode.results import TokenEvent, WindowStart
+from xattn.model.decode.results import TokenEvent, Transcript, WindowStart
 from xattn.model.pipeline import Pipeline
 from xattn.model.transcribe.sequential import Event
 from xattn.service import capacity
@@ -367,6 +367,9 @@ class Engine:
                 item = run.shape(event)
                 if item is not None:
                     run.put(item)
+                if isinstance(event, Transcript):  # the last event, handed over: served, even
+                    outcome = "finished"  # if the client hangs up before the generator ends
+                    break
             else:
                 outcome = "cancelled"
         except Cancelled:

@@ -20,7 +20,7 @@ from conftest import native_threads
 
 from xattn.model.audio.features import decode_audio
 from xattn.model.decode.decoding import DecodeOptions
-from xattn.model.decode.results import TokenEvent, WindowStart
+from xattn.model.decode.results import TokenEvent, Transcript, WindowStart
 from xattn.model.live.transcriber import LiveOptions, LiveTranscriber
 from xattn.model.pipeline import Pipeline, load_pipeline
 from xattn.model.transcribe.sequential import Event
@@ -147,6 +147,33 @@ async def test_a_cancelled_request_leaves_the_batch_at_the_next_step(jfk_path: P
     assert single_row_steps[0] - seen_at_cancel[0] <= 1
     assert len(alone("long", audio["long"], GREEDY)) > seen_at_cancel[0] + 10
     assert eng.counters().cancelled == 1 and eng.counters().finished == 1
+
+
+@pytest.mark.asyncio
+async def test_a_request_whose_transcript_was_handed_over_counts_as_finished(
+    jfk_path: Path,
+) -> None:
+    """The client hangs up as soon as it has the transcript (the last event), before the
+    worker comes back for the generator's end: the request was served, so it counts as
+    finished, not cancelled (the worker is held right after handing the transcript over
+    until the consumer has gone)."""
+    audio = clips(jfk_path)
+    eng = engine(workers=1)
+    run = eng.submit(lambda: audio["head"], GREEDY, lambda e: e)
+    hand_over = run.put
+
+    def put(item: object) -> None:
+        hand_over(item)
+        if isinstance(item, Transcript):
+            assert run.cancelled.wait(60)  # the consumer below has closed its events
+
+    run.put = put  # type: ignore[method-assign]
+    async with aclosing(run.events()) as events:
+        async for e in events:
+            if isinstance(e, Transcript):
+                break
+    await eng.close()
+    assert (eng.counters().finished, eng.counters().cancelled) == (1, 0)
 
 
 @pytest.mark.asyncio
