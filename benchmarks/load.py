@@ -43,7 +43,7 @@ import torch
 from benchmarks import results
 from benchmarks.decode import encoder_flops
 from benchmarks.grpc_load import percentile
-from benchmarks.load_clients import DECODINGS, busy_rate, case_name, summary
+from benchmarks.load_clients import DECODINGS, busy_rate, case_name, ended_within, summary
 from benchmarks.load_peer import MODEL, VENV, PeerServer, peer_python
 from benchmarks.longform_set import RATE, build
 from benchmarks.render import table
@@ -180,8 +180,7 @@ class Levels:
         ok = [x for x in sent if x["error"] is None]
         passes = sum(self.wins[x["clip"]] for x in ok)
         busy = raw.get("busy")  # while every client was sending (load_clients.run_level)
-        in_busy = [x for x in ok if busy and x.get("end") is not None and x["end"] <= busy]
-        busy_passes = sum(self.wins[x["clip"]] for x in in_busy)
+        busy_passes = sum(self.wins[x["clip"]] for x in ended_within(sent, busy)) if busy else 0
         mean_windows = statistics.mean(self.wins[x["clip"]] for x in sent)
         encoded = raw.get("windows encoded")
         slow = self.slowdown(sent, self.alone(server, face, decoding))

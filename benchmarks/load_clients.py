@@ -343,11 +343,16 @@ def cases(spec: Mapping[str, Any]) -> dict[str, Callable[[], str]]:
     return out
 
 
+def ended_within(sent: list[Mapping[str, Any]], busy: float) -> list[Mapping[str, Any]]:
+    """The requests that succeeded and ended within the first `busy` seconds (while every
+    client was sending: run_level)."""
+    return [s for s in sent if s["error"] is None and s.get("end") is not None and s["end"] <= busy]
+
+
 def busy_rate(sent: list[Mapping[str, Any]], busy: float) -> float:
-    """Requests a second that ended within the first `busy` seconds (while every client was
-    sending: run_level), the steady rate without the drain."""
-    done = [s for s in sent if s["error"] is None and s["end"] is not None and s["end"] <= busy]
-    return len(done) / busy
+    """Requests a second that ended within the first `busy` seconds, the rate without the
+    drain."""
+    return len(ended_within(sent, busy)) / busy
 
 
 def summary(sent: list[Mapping[str, Any]], wall: float) -> dict[str, Any]:
