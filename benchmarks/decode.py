@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks import results
-from benchmarks.results import matmul_gflops, memory_gbps
+from benchmarks.results import Ceilings, matmul_gflops, memory_gbps
 from benchmarks.workers import Workers
 from xattn.model.audio.features import N_FRAMES, decode_audio, log_mel_spectrogram, pad_or_trim
 from xattn.model.checkpoints import _package_dir, load_checkpoint, to_openai_state_dict
@@ -145,6 +145,21 @@ def decoder_token_bytes(d: ModelDims) -> dict[str, float]:
         "layer weights": 4 * d.n_text_layer * layer_params,
         "cross K/V": 4 * d.n_text_layer * 2 * d.n_audio_ctx * s,
     }
+
+
+def cross_kv_flops(d: ModelDims) -> float:
+    """FLOPs of one window's cross-attention K/V: every decoder layer's key and value maps."""
+    return d.n_text_layer * 2 * 2 * d.n_audio_ctx * d.n_text_state**2
+
+
+def decode_floor(d: ModelDims, c: Ceilings, windows: float, steps: float, rows: int) -> float:
+    """Seconds a request's decoding takes at least on this machine: its windows' cross K/V and
+    `steps` cached steps of `rows` rows each (a beam search's beams) at the fp32 matmul ceiling,
+    or each step's read of its window's cross K/V at the memory bandwidth, whichever is longer.
+    The weights' reads are left out (a batch shares them), so no server can beat it."""
+    flops = windows * cross_kv_flops(d) + steps * rows * decoder_token_flops(d, past=0)
+    reads = steps * decoder_token_bytes(d)["cross K/V"]
+    return max(flops / (c.fp32_gflops * 1e9), reads / (c.memory_gbps * 1e9))
 
 
 # --- 1. matmul ceiling ------------------------------------------------------------------------

@@ -104,6 +104,44 @@ def test_a_level_row_counts_the_windows_encoded_and_the_slowdown() -> None:
     assert loaded["windows encoded a request"] == 1.5
     assert loaded["of limit (windows encoded)"] == loaded["of limit"] == "38%"
     assert loaded["p99 / p50"] == 1.5
+    assert loaded["tokens a request"] is None  # no token count: no floor
+
+
+def test_a_level_row_states_the_share_its_work_allows_at_the_ceilings() -> None:
+    """A 10 s clip (one window by duration, 0.5 s encoder) whose requests took 2 windows and 19
+    tokens each (21 steps with the windows' EOTs): at best 0.5 s of 2 x 0.5 s + the decoding
+    floor of 2 windows and 21 steps of 5 rows, 0.25 s here: 40 %."""
+    from benchmarks.load import Levels
+
+    calls = []
+
+    def floor(windows: float, steps: float, rows: int) -> float:
+        calls.append((windows, steps, rows))
+        return 0.25
+
+    sent = [Sent(0, latency=1.0, text="x").__dict__ for _ in range(2)]
+    raw = {"sent": sent, "wall": 2.0, "clients": 1, "windows encoded": 4, "tokens decoded": 38}
+    levels = Levels([10.0], probe=lambda: None)
+    levels.runs.append(("ours", "gRPC", "beam 5", raw, 100.0))
+    (row,) = levels.rows(0.5, "ours", floor)
+    assert calls == [(2.0, 21.0, 5)]
+    assert (row["tokens a request"], row["of limit at most (floor)"]) == (19.0, "40%")
+
+
+def test_the_decoding_floor_is_the_slower_of_compute_and_the_cross_kv_reads() -> None:
+    """tiny.en's shape: a window's cross K/V is 3.54 GFLOP, a row's step 65.5 MFLOP and
+    18.4 MB of cross K/V to read; at 100 GFLOP/s and 10 GB/s, 1 window and 10 steps of one row
+    take max(4.19 GFLOP / 100, 184 MB / 10 GB/s) = 41.9 ms; of five rows, 67.9 ms."""
+    from benchmarks.decode import decode_floor
+    from benchmarks.results import Ceilings
+    from xattn.model.net.dims import ModelDims
+
+    tiny = ModelDims(80, 1500, 384, 6, 4, 51864, 448, 384, 6, 4)
+    c = Ceilings(threads=2, fp32_gflops=100.0, memory_gbps=10.0, matmul={})
+    assert decode_floor(tiny, c, 1, 10, 1) == pytest.approx(0.0419, abs=5e-4)
+    assert decode_floor(tiny, c, 1, 10, 5) == pytest.approx(0.0679, abs=5e-4)
+    slow_memory = Ceilings(threads=2, fp32_gflops=100.0, memory_gbps=1.0, matmul={})
+    assert decode_floor(tiny, slow_memory, 1, 10, 1) == pytest.approx(0.184, abs=1e-3)
 
 
 def test_a_level_counts_its_rate_while_every_client_sends() -> None:
@@ -142,8 +180,9 @@ def test_the_goals_read_the_rows_at_8_clients_and_more() -> None:
 
     def row(clients: int, decoding: str, rps: float, limit: str, spread: float) -> dict:
         face = "gRPC"
+        floor = {"of limit at most (floor)": "80%"}
         return {"face": face, "decoding": decoding, "clients": clients, "req/s": rps,
-                "of limit": limit, "p99 / p50": spread}  # fmt: skip
+                "of limit": limit, "p99 / p50": spread} | floor  # fmt: skip
 
     figures = {
         "load: ours": [row(1, "beam 5", 1.0, "30%", 5.0), row(8, "beam 5", 2.0, "70%", 2.5)],
@@ -162,6 +201,9 @@ def test_the_goals_read_the_rows_at_8_clients_and_more() -> None:
         ("live x4", "median commit lag <= 1.2 s"): False,
         ("mixed", "short p50 beside / alone <= 1.5"): True,
     }
+    said = {(g["case"], g["goal"]): g["measured"] for g in goal_rows(figures)}
+    assert said["gRPC beam 5 x8", "of limit >= 65%"] == "70% (at most 80%)"
+    assert said["gRPC beam 5 x8", ">= 4x the peer's req/s"] == "5.00x (4x: 56% of the limit)"
 
 
 def test_peak_rss_starts_afresh() -> None:
