@@ -6,8 +6,9 @@
 A real server (tiny.en, in this process) and real channels. The clip (repeated `--repeat`
 times with 1 s of silence between) is sent as 100 ms int16 chunks at `--speed` x real time.
 
-- Reference end times: one Transcribe of the same audio with word timestamps. Final words
-  are matched to the reference by order and text (difflib over normalised words).
+- Reference end times: one Transcribe of the same audio with word timestamps. A final word
+  matches the next reference word of the same text (normalised) whose end lies within 1 s of
+  its own (`matched_delays`).
 - Commit delay of a word: (wall time from the stream's start to its final's arrival) x
   speed - the word's reference end. Median and p90 (targets: <= 1.5 s and <= 2.5 s).
 - Compute per audio second: this process's CPU seconds (server and client, all threads)
@@ -20,7 +21,6 @@ Then the same with `--streams` concurrent live streams.
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
 import re
 import statistics
@@ -100,13 +100,27 @@ def one_stream(
             elif first_interim is None:
                 first_interim = event.arrived * speed
     assert done is not None
-    live = [(norm(w.word), r.arrived * speed) for r in finals for w in r.words]
-    matcher = difflib.SequenceMatcher(a=[norm(w) for w, _ in ref], b=[w for w, _ in live])
-    delays = []
-    for block in matcher.get_matching_blocks():
-        for k in range(block.size):
-            delays.append(live[block.b + k][1] - ref[block.a + k][1])
+    live = [(norm(w.word), w.end, r.arrived * speed) for r in finals for w in r.words]
+    delays = matched_delays(ref, live)
     return Run(delays, len(delays), len(ref), done, first_interim)
+
+
+def matched_delays(
+    ref: list[tuple[str, float]], live: list[tuple[str, float, float]], within: float = 1.0
+) -> list[float]:
+    """Arrival - reference end for each live word (normalised text, its end, its arrival on
+    the audio clock) that matches a reference word (text, end) in order: the next reference
+    word of the same text whose end lies `within` seconds of the live word's. The times keep
+    a repeated clip's words apart, where matching by text alone may pair a word with the
+    same word of another repetition and count the repetition's length as delay."""
+    delays, j = [], 0
+    for word, end, arrived in live:
+        for m in range(j, len(ref)):
+            if norm(ref[m][0]) == word and abs(ref[m][1] - end) <= within:
+                delays.append(arrived - ref[m][1])
+                j = m + 1
+                break
+    return delays
 
 
 def summary(

@@ -4,9 +4,11 @@ A reader task takes the requests as they come (any message resets the idle clock
 their audio into samples, pending. The step loop hands all the pending audio to one
 `LiveTranscriber.feed` on the engine's live pool whenever no step is running, so audio that
 arrives during a step is fed together at the next one: the policy's step grows with the
-load instead of a queue of steps growing. Pending audio is bounded by the stream's limit of
-seconds; one feed takes only what fits the policy's 30 s window (at least MIN_FEED_SECONDS),
-so a burst never pushes audio past the window before the buffer slides.
+load instead of a queue of steps growing. The step takes the audio once its turn on the
+model thread has come (`feed_in_turn`): behind other streams' work it decodes what arrived
+while it waited, not what was there when it was queued. Pending audio is bounded by the
+stream's limit of seconds; one feed takes only what fits the policy's 30 s window (at least
+MIN_FEED_SECONDS), so a burst never pushes audio past the window before the buffer slides.
 
 Half-close: the pending audio is fed, `finish()` decodes the rest, every final is sent,
 then `done`, and the stream ends OK. A client cancel (or deadline, or shutdown) cancels the
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
@@ -140,7 +143,8 @@ class LiveSession:
         self._engine = engine
         self._settings = settings
         self._requests = requests
-        self._pending: list[np.ndarray] = []
+        self._pending: list[np.ndarray] = []  # read by a step on the live pool: under _lock
+        self._lock = threading.Lock()
         self._received = 0  # samples
         self._ended = False  # the client half-closed
         self._error: BaseException | None = None
@@ -184,7 +188,8 @@ class LiveSession:
                         f"live stream too long: over {limit:g} s of audio (the server's limit)"
                     )
                 if len(samples):
-                    self._pending.append(samples)
+                    with self._lock:
+                        self._pending.append(samples)
                     self._wake.set()
             self._ended = True
         except Exception as e:
@@ -193,11 +198,13 @@ class LiveSession:
             self._wake.set()
 
     def _take(self, live: LiveTranscriber) -> np.ndarray:
-        """The pending audio that fits the policy's window, in order; the rest stays."""
-        audio = np.concatenate(self._pending) if self._pending else np.zeros(0, np.float32)
-        room = WINDOW_SECONDS - (live.samples - live.offset) / SAMPLE_RATE
-        n = int(max(MIN_FEED_SECONDS, room) * SAMPLE_RATE)
-        self._pending = [audio[n:]] if len(audio) > n else []
+        """The pending audio that fits the policy's window, in order; the rest stays. Called
+        by the step (on the live pool) once its turn on the model thread has come."""
+        with self._lock:
+            audio = np.concatenate(self._pending) if self._pending else np.zeros(0, np.float32)
+            room = WINDOW_SECONDS - (live.samples - live.offset) / SAMPLE_RATE
+            n = int(max(MIN_FEED_SECONDS, room) * SAMPLE_RATE)
+            self._pending = [audio[n:]] if len(audio) > n else []
         return audio[:n]
 
     async def _run(self, step: Callable[[], list[Response]]) -> list[Response]:
@@ -226,14 +233,14 @@ class LiveSession:
         outcome = "failed"
         live = LiveTranscriber(pipe.context, pipe.alignment_heads, options)
         shaped = _Shaped(rows, config.interim_results)
+        take = lambda: self._take(live)  # noqa: E731
         reader = asyncio.create_task(self._read(pcm), name="xattn-live-reader")
         try:
             while True:
                 await self._wake.wait()
                 self._wake.clear()
                 while self._pending and self._error is None:
-                    audio = self._take(live)
-                    yield await self._run(lambda a=audio: shaped(live.feed(a)))
+                    yield await self._run(lambda: shaped(live.feed_in_turn(take)))
                 if self._error is not None:
                     raise self._error
                 if self._ended or live.over:  # half-closed, or single_utterance over

@@ -12,10 +12,13 @@ attention rows), so that all of a step's torch work runs in the batch. Only the 
 around it (the token's event) stays on the decode's own thread. A step alone may skip the
 projection (`project=False`): its finish then makes its logits from the state (int8).
 
-Batches run on one thread, the model thread (one of the batcher's own, or the caller's:
-`CallerThread`), and so does the decodes' other model work (log-mel, encoder,
+Batches run on one thread, the model thread (one of the batcher's own, a `TurnThread`, or
+the caller's: `CallerThread`), and so does the decodes' other model work (log-mel, encoder,
 cross-attention K/V, the first step over the prompt, the word-timestamp pass: `call`): one
-piece of torch work at a time, always from the same thread. Torch's OpenMP threads belong to
+piece of torch work at a time, always from the same thread. It runs them first come, first
+served; a decode that needs the thread for a while without others' work in between (a live
+stream's step) takes a `turn`, and a batch goes at the turn of its earliest step
+(xattn.model.decode.model_thread). Torch's OpenMP threads belong to
 the thread that calls it; ops called from several threads at once each bring a team that
 spins on the same cores, which cost more than the batch saved. The decodes' own threads keep
 their Python work.
@@ -27,11 +30,11 @@ own cache; tests pin token-identical transcripts.
 from __future__ import annotations
 
 import contextlib
-import queue
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from functools import partial
 from typing import Protocol, TypeVar
@@ -40,6 +43,7 @@ import torch
 from torch import Tensor
 
 from xattn.model.audio.features import N_FRAMES, pad_or_trim
+from xattn.model.decode.model_thread import CallerThread, TurnThread
 from xattn.model.net.kv_cache import CacheBatch, KVCache
 from xattn.model.net.whisper import Whisper
 
@@ -55,6 +59,11 @@ class ModelWork(Protocol):
 def model_work(batcher: StepBatcher | None) -> ModelWork:
     """How a decode runs its model work: `batcher.call` (on the model thread), or at once."""
     return batcher.call if batcher is not None else _at_once
+
+
+def model_turn(batcher: StepBatcher | None) -> contextlib.AbstractContextManager:
+    """`batcher.turn()`, or nothing to wait for without a batcher."""
+    return batcher.turn() if batcher is not None else contextlib.nullcontext()
 
 
 def _at_once(fn: Callable[..., T], *args: object) -> T:
@@ -88,9 +97,14 @@ class _Step:
     project: bool  # needs its logits (else finish may make them from the state, alone)
     finish: Finish
     reorder: list[int] | None = None  # the cache's rows first (KVCache.reorder)
+    key: int = 0  # its place on the model thread (TurnThread.key)
     out: object = None  # what finish returned
     error: BaseException | None = None
     done: bool = False
+
+
+def _nothing() -> None:
+    pass
 
 
 @dataclass
@@ -111,54 +125,6 @@ def _cross_position(step: _Step) -> tuple[int, int]:
     to each other, in order, so that their attention runs as one (kv_cache.joined_rows)."""
     k = step.cache.cross.k[0]
     return k.untyped_storage().data_ptr(), k.storage_offset()
-
-
-class CallerThread(Executor):
-    """The thread that makes it, as a batcher's model thread: work submitted to it waits in a
-    queue until this thread `serve`s it. A library call that batches its own decodes
-    (xattn.model.transcribe.batched) runs its torch work on the caller's thread this way, as the
-    sequential path does: a model thread of its own would bring a second OpenMP team onto the
-    cores that the caller's (from loading the model) holds, and with two teams libgomp stops
-    spinning between parallel regions (a step of 8 windows: 26 ms instead of 16)."""
-
-    def __init__(self) -> None:
-        self._owner = threading.get_ident()
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-
-    def owned(self) -> bool:
-        """Whether the calling thread is the owner."""
-        return threading.get_ident() == self._owner
-
-    def submit(self, fn: Callable[..., T], /, *args: object, **kwargs: object) -> Future[T]:
-        work = _Work(Future(), partial(fn, *args, **kwargs))
-        self._queue.put(work)
-        return work.future
-
-    def put(self, item: object) -> None:
-        """Hand the owner an item to `serve` up (from any thread)."""
-        self._queue.put(item)
-
-    def serve(self) -> Iterator[object]:
-        """On the owner's thread: run the submitted work as it comes; yield every `put` item."""
-        while True:
-            item = self._queue.get()
-            if isinstance(item, _Work):
-                item.run()
-            else:
-                yield item
-
-
-@dataclass
-class _Work:
-    future: Future
-    fn: Callable[[], object]
-
-    def run(self) -> None:
-        if self.future.set_running_or_notify_cancel():
-            try:
-                self.future.set_result(self.fn())
-            except BaseException as e:
-                self.future.set_exception(e)
 
 
 class StepBatcher:
@@ -187,8 +153,9 @@ class StepBatcher:
         self._cond = threading.Condition()
         self._pending: list[_Step] = []
         self._active = 0  # decodes registered
-        self._scheduled = False  # a batch is queued or running on the model thread
-        self._thread = thread or ThreadPoolExecutor(1, thread_name_prefix="xattn-model")
+        self._batch_at: int | None = None  # a batch is queued at this key or before
+        self._thread = thread or TurnThread()
+        self._keys = itertools.count()  # without a TurnThread: submission order
 
     def call(self, fn: Callable[..., T], *args: object) -> T:
         """fn(*args), a decode's model work outside `step`, on the model thread; waits."""
@@ -204,6 +171,31 @@ class StepBatcher:
         if isinstance(self._thread, CallerThread) and self._thread.owned():
             return run()
         return self._thread.submit(run).result()
+
+    @contextlib.contextmanager
+    def turn(self) -> Iterator[None]:
+        """Hold the model thread for a while: once the work queued before has run, this
+        thread's model work goes before work submitted after the turn began, and the model
+        thread waits for its next call (xattn.model.decode.model_thread). Entering waits for the
+        turn to come, so what the caller reads next (a live stream's newest audio) is as
+        fresh as it can be when its work starts. Without a TurnThread: no wait, no order."""
+        if not isinstance(self._thread, TurnThread):
+            yield
+            return
+        with self._thread.turn():
+            self.call(_nothing)
+            yield
+
+    def _key(self) -> int:
+        if isinstance(self._thread, TurnThread):
+            return self._thread.key()
+        return next(self._keys)
+
+    def _submit(self, key: int, fn: Callable[[], object]) -> None:
+        if isinstance(self._thread, TurnThread):
+            self._thread.submit_at(key, fn)
+        else:
+            self._thread.submit(fn)
 
     def encode(self, mel: Tensor) -> tuple[Tensor, KVCache]:
         """A window's encoder output [1, 1500, d] and its K/V cache (the cross-attention
@@ -277,12 +269,10 @@ class StepBatcher:
         runs alone and not `project` (its finish makes them from the state: int8 logits).
         A list of tokens is a multi-row step (one per row of the cache, after its rows are
         reordered by `reorder`): its rows take consecutive rows of the batch."""
-        mine = _Step(token, cache, need_scores, project, finish, reorder)
+        mine = _Step(token, cache, need_scores, project, finish, reorder, self._key())
         with self._cond:
             self._pending.append(mine)
-            if not self._scheduled:
-                self._scheduled = True
-                self._thread.submit(self._batch)
+            self._schedule()
             self._cond.notify_all()
             while not mine.done:
                 self._cond.wait()
@@ -290,22 +280,32 @@ class StepBatcher:
             raise mine.error
         return mine.out  # type: ignore[return-value]
 
-    def _batch(self) -> None:
-        """On the model thread: wait for the registered decodes' steps, then run them."""
+    def _schedule(self) -> None:
+        """Under the lock: a batch queued at the earliest pending step's key, or before."""
+        if self._pending:
+            key = min(s.key for s in self._pending)
+            if self._batch_at is None or key < self._batch_at:
+                self._batch_at = key
+                self._submit(key, partial(self._batch, key))
+
+    def _batch(self, key: int) -> None:
+        """On the model thread: wait for the registered decodes' steps, then run them, the
+        earliest first."""
         with self._cond:
+            if self._batch_at == key:
+                self._batch_at = None
             deadline = time.monotonic() + self.linger
             while len(self._pending) < self._active and time.monotonic() < deadline:
                 self._cond.wait(max(0.0, deadline - time.monotonic()))
+            self._pending.sort(key=lambda s: s.key)
             batch = self._pending[: self.max_batch]
             self._pending = self._pending[self.max_batch :]
         try:
-            self._run(batch)
+            if batch:  # else an earlier-keyed batch took them
+                self._run(batch)
         finally:
             with self._cond:
-                if self._pending:  # arrived meanwhile: the next batch, after queued work
-                    self._thread.submit(self._batch)
-                else:
-                    self._scheduled = False
+                self._schedule()  # arrived meanwhile: at their place, after queued work
                 self._cond.notify_all()
 
     def _run(self, batch: list[_Step]) -> None:

@@ -31,7 +31,7 @@ over after it (`over`: later feeds are ignored).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -47,7 +47,7 @@ from xattn.model.audio.features import (
 from xattn.model.audio.vad import VadOptions
 from xattn.model.decode.decoding import DecodeOptions, LogitRules, decode_window, detect_language
 from xattn.model.decode.results import FRAMES_PER_SECOND, WordTiming
-from xattn.model.decode.step_batcher import encode, model_work
+from xattn.model.decode.step_batcher import encode, model_turn, model_work
 from xattn.model.live.vad_stream import BEGIN, END, END_OF_UTTERANCE, SpeechEvent, StreamingVad
 from xattn.model.transcribe.alignment import find_alignment, token_probabilities
 from xattn.model.transcribe.sequential import Context
@@ -136,10 +136,19 @@ class LiveTranscriber:
             return []
         return self._timed(final=False)
 
+    def feed_in_turn(self, take: Callable[[], np.ndarray]) -> list[LiveResult | SpeechEvent]:
+        """`feed(take())` in a turn of the model thread (StepBatcher.turn): the audio is taken
+        once the work queued before this step has run, so a step that waited for other
+        streams decodes what arrived meanwhile, and its model work then runs without work
+        queued after it in between."""
+        with model_turn(self.ctx.batcher):
+            return self.feed(take())
+
     def finish(self) -> list[LiveResult]:
         if self.over or (self.vad is not None and not self._pending_speech()):
             return []
-        return self._timed(final=True) if self.samples > self.offset else []
+        with model_turn(self.ctx.batcher):
+            return self._timed(final=True) if self.samples > self.offset else []
 
     def _feed_vad(self, audio: np.ndarray) -> list[LiveResult | SpeechEvent]:
         events: list[LiveResult | SpeechEvent] = list(self.vad.feed(audio))

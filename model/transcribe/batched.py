@@ -47,6 +47,7 @@ from xattn.model.audio.vad import (
     speech_spans,
 )
 from xattn.model.decode.decoding import DecodeOptions, detect_language
+from xattn.model.decode.model_thread import CallerThread
 from xattn.model.decode.results import (
     Segment,
     TimeSpan,
@@ -55,7 +56,7 @@ from xattn.model.decode.results import (
     WindowDiscarded,
     WindowStart,
 )
-from xattn.model.decode.step_batcher import CallerThread, StepBatcher, model_work
+from xattn.model.decode.step_batcher import StepBatcher, model_work
 from xattn.model.decode.step_batcher import encode as encode_window
 from xattn.model.net.kv_cache import CrossKV, KVCache
 from xattn.model.transcribe.sequential import Context, transcribe
