@@ -305,7 +305,7 @@ class StepBatcher:
                 self._run(batch)
         finally:
             with self._cond:
-                self._schedule()  # arrived meanwhile: at their place, after queued work
+                self._schedule()  # arrived meanwhile: at their place (when they arrived)
                 self._cond.notify_all()
 
     def _run(self, batch: list[_Step]) -> None:
