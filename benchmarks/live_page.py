@@ -27,15 +27,15 @@ and Debian's Chromium, whose fake microphone plays the clip (repeated `--repeat`
 - Then, at 1 tab, one page and one gRPC-only stream (as the bridge asks) at the same time:
   the same load for both (the other levels run one after the other, and on a busy host the
   load differs between them).
-Words are matched to the reference by order and text (difflib), as benchmarks/streaming.py
-does. Timings on a shared, busy host vary by the decode steps' length: say so with them.
+Words are matched to the reference by text and end time (benchmarks.streaming's
+`matched_delays`). Timings on a shared, busy host vary by the decode steps' length: say so
+with them.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
-import difflib
 import json
 import os
 import statistics
@@ -53,7 +53,14 @@ import soundfile
 from websockets.sync.client import connect as ws_connect
 
 from benchmarks import results
-from benchmarks.streaming import DEFAULT_CLIP, Run, norm, one_stream, reference_words
+from benchmarks.streaming import (
+    DEFAULT_CLIP,
+    Run,
+    matched_delays,
+    norm,
+    one_stream,
+    reference_words,
+)
 from xattn.clients.streaming import CHUNK_SECONDS, Pacer, read_pcm16
 from xattn.model.pipeline import load_pipeline
 from xattn.service.background import BackgroundServer
@@ -70,16 +77,6 @@ AUTO_STOP = """(after) => setInterval(() => {
   if (xattnLive.phase === "recording" && xattnLive.sentSeconds > after)
     document.getElementById("stop").click();
 }, 10)"""
-
-
-def matched_delays(ref: list[tuple[str, float]], live: list[tuple[str, float]]) -> list[float]:
-    """Arrival - reference end, for the live words that match the reference in order."""
-    matcher = difflib.SequenceMatcher(a=[norm(w) for w, _ in ref], b=[w for w, _ in live])
-    return [
-        live[block.b + k][1] - ref[block.a + k][1]
-        for block in matcher.get_matching_blocks()
-        for k in range(block.size)
-    ]
 
 
 def start_bridge(address: str) -> tuple[subprocess.Popen[str], str]:
@@ -133,7 +130,11 @@ def page_level(
             first = page.evaluate("xattnLive.firstChunkAt")  # ms: the first chunk's start
             pcm = base64.b64decode(page.evaluate("xattnLive.recordedPcm()"))
             ref = reference_words(address, pcm)
-            live = [(norm(w["word"]), (f["at"] - first) / 1000) for f in finals for w in f["words"]]
+            live = [
+                (norm(w["word"]), w["end"], (f["at"] - first) / 1000)
+                for f in finals
+                for w in f["words"]
+            ]
             found = matched_delays(ref, live)
             delays += found
             matched, words = matched + len(found), words + len(ref)
@@ -198,7 +199,7 @@ def socket_stream(url: str, pcm: bytes, ref: list[tuple[str, float]]) -> list[fl
     """A Python WebSocket client in the page's place: its 40 ms chunks at 1x through the bridge,
     each word's delay from when its final arrived (no browser: what the bridge adds)."""
     base = url.rstrip("/")
-    words: list[tuple[str, float]] = []
+    words: list[tuple[str, float, float]] = []
     with ws_connect("ws" + base.removeprefix("http") + "/ws", origin=base) as ws:  # type: ignore[arg-type]
         ws.send(json.dumps({"type": "start"}))
         pacer = Pacer(pcm, 1.0, CHUNK_MS / 1000)
@@ -215,7 +216,7 @@ def socket_stream(url: str, pcm: bytes, ref: list[tuple[str, float]]) -> list[fl
             arrived = time.monotonic() - start
             for ev in json.loads(message):
                 if ev["type"] == "segment":
-                    words += [(norm(w["word"]), arrived) for w in ev["words"]]
+                    words += [(norm(w["word"]), w["end"], arrived) for w in ev["words"]]
         sender.join()
     return matched_delays(ref, words)
 
