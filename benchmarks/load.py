@@ -128,20 +128,20 @@ class Levels:
         levels: list[int],
         pid: int | str,
         decodings: tuple[str, ...] = tuple(DECODINGS),
-        encoded: Callable[[], tuple[int, int]] | None = None,
+        counted: Callable[[], tuple[int, int]] | None = None,
     ) -> None:
         """Every level of `clients` for `faces`, the peak RSS of process `pid` during each;
-        `encoded()`: the windows the server has encoded and the tokens it has decoded so far
+        `counted()`: the windows the server has encoded and the tokens it has decoded so far
         (ours: its counters)."""
         for decoding in decodings:
             for face in faces:
                 for level in levels:
                     self.probe()
                     reset_peak(pid)
-                    before = encoded() if encoded is not None else None
+                    before = counted() if counted is not None else None
                     raw = json.loads(clients.run(case_name(face, decoding, level))[1])
-                    if before is not None and encoded is not None:
-                        after = encoded()
+                    if before is not None and counted is not None:
+                        after = counted()
                         raw["windows encoded"] = after[0] - before[0]
                         raw["tokens decoded"] = after[1] - before[1]
                     self.runs.append((server, face, decoding, raw, rss_mb(pid)[1]))
@@ -394,12 +394,12 @@ def run_ours(
         spec = spec | {"gRPC": server.address, "HTTP": server.server.http_port}
         with Workers({"clients": ("benchmarks.load_clients:cases", (spec,))}, 1) as clients:
 
-            def encoded() -> tuple[int, int]:
+            def counted() -> tuple[int, int]:
                 c = server.engine.counters()
                 return c.windows, c.tokens_decoded
 
             faces = ["gRPC", "HTTP"]
-            levels.run(clients, "ours", faces, args.levels, "self", encoded=encoded)
+            levels.run(clients, "ours", faces, args.levels, "self", counted=counted)
             for name in ("live", "mixed"):
                 if name in spec:
                     print(f"  {name} ...", flush=True)

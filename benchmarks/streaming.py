@@ -113,10 +113,10 @@ def matched_delays(
     word of the same text whose end lies `within` seconds of the live word's. The times keep
     a repeated clip's words apart, where matching by text alone may pair a word with the
     same word of another repetition and count the repetition's length as delay."""
-    delays, j = [], 0
+    delays, j, said = [], 0, [norm(w) for w, _ in ref]
     for word, end, arrived in live:
         for m in range(j, len(ref)):
-            if norm(ref[m][0]) == word and abs(ref[m][1] - end) <= within:
+            if said[m] == word and abs(ref[m][1] - end) <= within:
                 delays.append(arrived - ref[m][1])
                 j = m + 1
                 break

@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
 from contextlib import aclosing
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -233,7 +234,7 @@ class LiveSession:
         outcome = "failed"
         live = LiveTranscriber(pipe.context, pipe.alignment_heads, options)
         shaped = _Shaped(rows, config.interim_results)
-        take = lambda: self._take(live)  # noqa: E731
+        take = partial(self._take, live)
         reader = asyncio.create_task(self._read(pcm), name="xattn-live-reader")
         try:
             while True:

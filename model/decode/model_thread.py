@@ -96,7 +96,7 @@ class TurnThread(Executor):
                 self._cond.notify_all()
 
     def submit(self, fn: Callable[..., T], /, *args: object, **kwargs: object) -> Future[T]:
-        return self.submit_at(self.key(), lambda: fn(*args, **kwargs))
+        return self.submit_at(self.key(), partial(fn, *args, **kwargs))
 
     def submit_at(self, key: int, fn: Callable[[], T]) -> Future[T]:
         """Run fn() when every queued piece of work with a smaller key has run."""
@@ -158,13 +158,22 @@ class CallerThread(Executor):
     def __init__(self) -> None:
         self._owner = threading.get_ident()
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._keys = itertools.count()
 
     def owned(self) -> bool:
         """Whether the calling thread is the owner."""
         return threading.get_ident() == self._owner
 
+    def key(self) -> int:
+        """A new key (no turns here: work runs in submission order, whatever its key)."""
+        return next(self._keys)
+
     def submit(self, fn: Callable[..., T], /, *args: object, **kwargs: object) -> Future[T]:
-        work = _Work(Future(), partial(fn, *args, **kwargs))
+        return self.submit_at(self.key(), partial(fn, *args, **kwargs))
+
+    def submit_at(self, key: int, fn: Callable[[], T]) -> Future[T]:
+        """Queue fn() for the owner; the key is TurnThread's interface, unused here."""
+        work = _Work(Future(), fn)
         self._queue.put(work)
         return work.future
 

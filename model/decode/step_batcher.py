@@ -30,11 +30,10 @@ own cache; tests pin token-identical transcripts.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor, Future
+from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
 from typing import Protocol, TypeVar
@@ -135,7 +134,7 @@ class StepBatcher:
         model: Whisper,
         max_batch: int = 16,
         linger: float = 0.003,
-        thread: Executor | None = None,
+        thread: TurnThread | CallerThread | None = None,
         batch_encoder: bool | None = None,
     ) -> None:
         """`thread`: the model thread (a `CallerThread`); None: one of its own.
@@ -155,7 +154,6 @@ class StepBatcher:
         self._active = 0  # decodes registered
         self._batch_at: int | None = None  # a batch is queued at this key or before
         self._thread = thread or TurnThread()
-        self._keys = itertools.count()  # without a TurnThread: submission order
 
     def call(self, fn: Callable[..., T], *args: object) -> T:
         """fn(*args), a decode's model work outside `step`, on the model thread; waits."""
@@ -185,17 +183,6 @@ class StepBatcher:
         with self._thread.turn():
             self.call(_nothing)
             yield
-
-    def _key(self) -> int:
-        if isinstance(self._thread, TurnThread):
-            return self._thread.key()
-        return next(self._keys)
-
-    def _submit(self, key: int, fn: Callable[[], object]) -> None:
-        if isinstance(self._thread, TurnThread):
-            self._thread.submit_at(key, fn)
-        else:
-            self._thread.submit(fn)
 
     def encode(self, mel: Tensor) -> tuple[Tensor, KVCache]:
         """A window's encoder output [1, 1500, d] and its K/V cache (the cross-attention
@@ -269,7 +256,7 @@ class StepBatcher:
         runs alone and not `project` (its finish makes them from the state: int8 logits).
         A list of tokens is a multi-row step (one per row of the cache, after its rows are
         reordered by `reorder`): its rows take consecutive rows of the batch."""
-        mine = _Step(token, cache, need_scores, project, finish, reorder, self._key())
+        mine = _Step(token, cache, need_scores, project, finish, reorder, self._thread.key())
         with self._cond:
             self._pending.append(mine)
             self._schedule()
@@ -286,7 +273,7 @@ class StepBatcher:
             key = min(s.key for s in self._pending)
             if self._batch_at is None or key < self._batch_at:
                 self._batch_at = key
-                self._submit(key, partial(self._batch, key))
+                self._thread.submit_at(key, partial(self._batch, key))
 
     def _batch(self, key: int) -> None:
         """On the model thread: wait for the registered decodes' steps, then run them, the
