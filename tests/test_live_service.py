@@ -205,10 +205,10 @@ def test_admission_and_cancel(stub: Stub, server: BackgroundServer, jfk_pcm: byt
     serves(stub, jfk_pcm[: 2 * RATE])
 
 
-def test_cli_stream_json(server: BackgroundServer, stub: Stub) -> None:
+def test_cli_stream_json(server: BackgroundServer, stub: Stub, jfk_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "xattn.clients.cli", "stream", str(JFK), "--server", server.address]
-        + ["--json", "--speed", "8"],
+        [sys.executable, "-m", "xattn.clients.cli", "stream", str(jfk_path)]
+        + ["--server", server.address, "--json", "--speed", "8"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -217,7 +217,7 @@ def test_cli_stream_json(server: BackgroundServer, stub: Stub) -> None:
     )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
-    offline = stub.Transcribe(pb.TranscribeRequest(audio=pb.Audio(encoded=JFK.read_bytes())))
+    offline = stub.Transcribe(pb.TranscribeRequest(audio=pb.Audio(encoded=jfk_path.read_bytes())))
     assert word_distance(result["text"], offline.transcript.text) <= 1
     assert result["language"] == "en" and result["duration"] == pytest.approx(11.0, abs=0.01)
     tokens = result["tokens"]
