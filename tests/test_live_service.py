@@ -31,7 +31,6 @@ from xattn.v1 import transcriber_pb2 as pb
 from xattn.v1 import transcriber_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[1]
-JFK = ROOT.parent / "shared/audio/jfk.flac"
 RATE = 16000
 CHUNK = 3200  # bytes: 100 ms of 16 kHz int16 mono
 IDLE_TIMEOUT = 1.5
@@ -60,10 +59,8 @@ def stub(server: BackgroundServer) -> Iterator[Stub]:
 
 
 @pytest.fixture(scope="module")
-def jfk_pcm() -> bytes:
-    if not JFK.is_file():
-        pytest.skip(f"shared test audio missing: {JFK}")
-    return (decode_audio(JFK) * 32767).astype("<i2").tobytes()
+def jfk_pcm(jfk_path: Path) -> bytes:
+    return (decode_audio(jfk_path) * 32767).astype("<i2").tobytes()
 
 
 def config(**kw: object) -> Request:
@@ -94,8 +91,10 @@ def serves(stub: Stub, pcm: bytes) -> None:
     assert responses[-1].done.audio_seconds == pytest.approx(len(pcm) / 2 / RATE)
 
 
-def test_live_stream_matches_offline(stub: Stub, server: BackgroundServer, jfk_pcm: bytes) -> None:
-    offline = stub.Transcribe(pb.TranscribeRequest(audio=pb.Audio(encoded=JFK.read_bytes())))
+def test_live_stream_matches_offline(
+    stub: Stub, server: BackgroundServer, jfk_pcm: bytes, jfk_path: Path
+) -> None:
+    offline = stub.Transcribe(pb.TranscribeRequest(audio=pb.Audio(encoded=jfk_path.read_bytes())))
     sent: list[float] = []
     arrivals: list[tuple[float, pb.StreamingRecognizeResponse]] = []
     for response in stub.StreamingRecognize(paced(config(), jfk_pcm, 4.0, sent), timeout=120):

@@ -56,7 +56,21 @@ class _Item:
     work: _Work = field(compare=False)
 
 
-class TurnThread(Executor):
+class ModelThread(Executor):
+    """Where a StepBatcher runs its model work: each piece queued at a key (`submit_at`);
+    `submit` at the key `key()` gives the calling thread."""
+
+    def key(self) -> int:
+        raise NotImplementedError
+
+    def submit_at(self, key: int, fn: Callable[[], T]) -> Future[T]:
+        raise NotImplementedError
+
+    def submit(self, fn: Callable[..., T], /, *args: object, **kwargs: object) -> Future[T]:
+        return self.submit_at(self.key(), partial(fn, *args, **kwargs))
+
+
+class TurnThread(ModelThread):
     """One thread running submitted work by key (`submit_at`; `submit`: the calling thread's
     turn's key, else a new one); `turn()` opens a turn on the calling thread."""
 
@@ -94,9 +108,6 @@ class TurnThread(Executor):
             with self._cond:
                 del self._open[key]
                 self._cond.notify_all()
-
-    def submit(self, fn: Callable[..., T], /, *args: object, **kwargs: object) -> Future[T]:
-        return self.submit_at(self.key(), partial(fn, *args, **kwargs))
 
     def submit_at(self, key: int, fn: Callable[[], T]) -> Future[T]:
         """Run fn() when every queued piece of work with a smaller key has run."""
@@ -147,7 +158,7 @@ class TurnThread(Executor):
                     self._open[item.key] = time.monotonic()
 
 
-class CallerThread(Executor):
+class CallerThread(ModelThread):
     """The thread that makes it, as a batcher's model thread: work submitted to it waits in a
     queue until this thread `serve`s it. A library call that batches its own decodes
     (xattn.model.transcribe.batched) runs its torch work on the caller's thread this way, as the
@@ -167,9 +178,6 @@ class CallerThread(Executor):
     def key(self) -> int:
         """A new key (no turns here: work runs in submission order, whatever its key)."""
         return next(self._keys)
-
-    def submit(self, fn: Callable[..., T], /, *args: object, **kwargs: object) -> Future[T]:
-        return self.submit_at(self.key(), partial(fn, *args, **kwargs))
 
     def submit_at(self, key: int, fn: Callable[[], T]) -> Future[T]:
         """Queue fn() for the owner; the key is TurnThread's interface, unused here."""

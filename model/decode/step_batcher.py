@@ -42,7 +42,7 @@ import torch
 from torch import Tensor
 
 from xattn.model.audio.features import N_FRAMES, pad_or_trim
-from xattn.model.decode.model_thread import CallerThread, TurnThread
+from xattn.model.decode.model_thread import CallerThread, ModelThread, TurnThread
 from xattn.model.net.kv_cache import CacheBatch, KVCache
 from xattn.model.net.whisper import Whisper
 
@@ -134,7 +134,7 @@ class StepBatcher:
         model: Whisper,
         max_batch: int = 16,
         linger: float = 0.003,
-        thread: TurnThread | CallerThread | None = None,
+        thread: ModelThread | None = None,
         batch_encoder: bool | None = None,
     ) -> None:
         """`thread`: the model thread (a `CallerThread`); None: one of its own.
