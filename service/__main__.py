@@ -1,7 +1,8 @@
 """`python -m xattn.service` / `xattn-server`: run the xattn gRPC server.
 
 Every flag also reads an environment variable (XATTN_HOST, XATTN_PORT, XATTN_MODEL, ...);
-a flag on the command line wins over the environment, which wins over the default.
+a flag on the command line wins over the environment, which wins over the default. Tracing
+reads OpenTelemetry's own OTEL_* variables (xattn.service.tracing).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from xattn.model.net.whisper import COMPUTES
+from xattn.service import logs
 from xattn.service.engine.tokens import SecurityConfigError, read_tokens
 from xattn.service.server import LIVE_MAX_SECONDS, ServerConfig, serve
 
@@ -143,9 +145,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             default=_env(env, True, _bool),
             help=f"{what} needs no token (env {env}=1/0; default: exempt)",
         )
-    flag("stats-file", str, None, "write counters, RSS and threads as JSON to this file")
-    flag("stats-interval", float, DEFAULTS.stats_interval, "seconds between --stats-file writes")
+    parser.add_argument(
+        "--metrics",
+        action=argparse.BooleanOptionalAction,
+        default=_env("XATTN_METRICS", True, _bool),
+        help="Prometheus metrics on the HTTP port's /metrics (and --metrics-port) (env "
+        "XATTN_METRICS=1/0; default: on)",
+    )
+    flag(
+        "metrics-port",
+        int,
+        None,
+        "also serve /metrics alone on this port (for a server without --http-port); 0 picks "
+        "a free one",
+    )
+    flag("metrics-port-file", str, None, "write the bound metrics port to this file")
     flag("log-level", str, "INFO", "logging level")
+    flag("log-format", str, "text", "text (for a terminal) or json (one object a line)")
     args = parser.parse_args(argv)
     if not args.model:
         env = os.environ.get("XATTN_MODEL", "")
@@ -156,8 +172,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.auth_tokens = read_tokens(args.auth_token, args.auth_token_file)
     except SecurityConfigError as e:
         parser.error(str(e))
-    if args.stats_interval <= 0:
-        parser.error("--stats-interval must be > 0")
+    if args.log_format not in logs.FORMATS:
+        parser.error(f"--log-format must be one of {', '.join(logs.FORMATS)}")
+    if args.metrics_port is not None and not 0 <= args.metrics_port < 65536:
+        parser.error("--metrics-port must be in 0..65535")
     if args.workers < 0 or args.max_queue < 0 or args.max_audio_seconds <= 0:
         parser.error("--workers must be >= 0, --max-queue >= 0, --max-audio-seconds > 0")
     if args.max_queue_wait <= 0 or args.memory_budget_mb < 0:
@@ -204,18 +222,15 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         auth_tokens=args.auth_tokens,
         auth_exempt_health=args.auth_exempt_health,
         auth_exempt_reflection=args.auth_exempt_reflection,
-        stats_file=args.stats_file,
-        stats_interval=args.stats_interval,
+        metrics=args.metrics,
+        metrics_port=args.metrics_port,
+        metrics_port_file=args.metrics_port_file,
     )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    logs.setup(args.log_level, args.log_format)
     config = config_from_args(args)
     if config.auth_tokens and not config.tls_cert and config.host not in LOOPBACK:
         log.warning("bearer tokens travel in cleartext: serve TLS (--tls-cert) or behind a proxy")

@@ -7,11 +7,14 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from xattn.model.pipeline import Pipeline
 from xattn.service.engine.engine import Engine
 from xattn.service.server import Server, ServerConfig
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 T = TypeVar("T")
 
@@ -19,26 +22,38 @@ T = TypeVar("T")
 class BackgroundServer:
     """Starts at construction (model loaded and warmed up); `stop()` drains and joins."""
 
-    def __init__(self, config: ServerConfig, pipeline: Pipeline | None = None) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        pipeline: Pipeline | tuple[Pipeline, ...] | None = None,
+        tracer_provider: TracerProvider | None = None,
+    ) -> None:
+        """`tracer_provider`: where the server's spans go (None: as OTEL_* variables say)."""
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self.loop.run_forever, name="xattn-server", daemon=True
         )
         self._thread.start()
         try:
-            self.server: Server = self.call(self._start(config, pipeline))
+            self.server: Server = self.call(self._start(config, pipeline, tracer_provider))
         except BaseException:
             self._end()
             raise
         self.address = f"{config.host}:{self.server.port}"
         self.http_address = f"{config.http_host or config.host}:{self.server.http_port}"
+        self.metrics_address = f"{config.host}:{self.server.metrics_port}"
 
     @property
     def engine(self) -> Engine:
         return self.server.engine
 
-    async def _start(self, config: ServerConfig, pipeline: Pipeline | None) -> Server:
-        server = Server(config, pipeline)  # the grpc.aio server binds to this loop
+    async def _start(
+        self,
+        config: ServerConfig,
+        pipeline: Pipeline | tuple[Pipeline, ...] | None,
+        tracer_provider: TracerProvider | None,
+    ) -> Server:
+        server = Server(config, pipeline, tracer_provider)  # grpc.aio binds to this loop
         await server.start()
         await server.wait_ready()
         return server

@@ -4,7 +4,9 @@ The port is bound (and reported) before the model loads; health says NOT_SERVING
 model is loaded and warmed up, SERVING after, and NOT_SERVING again once shutdown starts.
 SIGTERM/SIGINT drain in-flight RPCs for up to `grace` seconds (new RPCs: UNAVAILABLE), then
 the process exits 0; a second signal, or the grace running out, cancels the rest at once.
-Optional TLS and bearer-token auth: see xattn.service.grpc.security.
+Optional TLS and bearer-token auth: see xattn.service.grpc.security. What an operator sees:
+Prometheus metrics on the HTTP port's /metrics (or `metrics_port`), OpenTelemetry traces when
+OTEL_* variables configure an exporter (xattn.service.instruments).
 """
 
 from __future__ import annotations
@@ -17,20 +19,27 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from xattn.model.pipeline import Pipeline, load_pipeline
+from xattn.service import instruments
 from xattn.service.engine.engine import Engine, Limits
 from xattn.service.engine.live import live_settings
+from xattn.service.engine.tokens import AuthPolicy
 from xattn.service.grpc import security
+from xattn.service.grpc.observe import RequestInterceptor
 from xattn.service.grpc.servicer import TranscriberServicer
 from xattn.service.http.app import HttpSettings, build_app
 from xattn.service.http.server import HttpServer, bind
-from xattn.service.stats import stats_loop
+from xattn.service.metrics import Metrics, with_metrics
 from xattn.v1 import transcriber_pb2, transcriber_pb2_grpc
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +79,9 @@ class ServerConfig:
     auth_tokens: tuple[str, ...] = ()  # when set: `authorization: Bearer <one of them>`
     auth_exempt_health: bool = True
     auth_exempt_reflection: bool = True
-    stats_file: str | None = None  # JSON counters, RSS and threads, rewritten periodically
-    stats_interval: float = 2.0
+    metrics: bool = True  # Prometheus metrics (/metrics); False: none, and no reports at all
+    metrics_port: int | None = None  # /metrics on a port of its own (None: off, 0: any)
+    metrics_port_file: str | None = None  # written with the bound metrics port once listening
     live_idle_timeout: float = 10.0  # seconds a live stream may send nothing
     live_workers: int = 8  # live decode steps in flight (their decoder steps batched)
     live_max_seconds: float | None = None  # audio per live stream; None: max_audio_seconds,
@@ -98,8 +108,13 @@ class Server:
     """A started server: `start()`, then `wait_ready()`, then `stop()`."""
 
     def __init__(
-        self, config: ServerConfig, pipeline: Pipeline | tuple[Pipeline, ...] | None = None
+        self,
+        config: ServerConfig,
+        pipeline: Pipeline | tuple[Pipeline, ...] | None = None,
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
+        """`tracer_provider`: where spans go (None: as the OTEL_* variables say, if they do;
+        one made from them is shut down with the server)."""
         self.config = config
         self._pipeline = pipeline
         limits = Limits(
@@ -116,6 +131,20 @@ class Server:
             decode_processes=config.decode_processes,
         )
         self.engine = Engine(limits)
+        self._own_tracer = tracer_provider is None and instruments.wanted()
+        self.tracer_provider = tracer_provider
+        if self._own_tracer:
+            from xattn.service import tracing
+
+            self.tracer_provider = tracing.provider_from_env()
+        self.metrics = Metrics(self.engine, lambda: self.serving) if config.metrics else None
+        spans = None
+        if self.tracer_provider is not None:
+            from xattn.service import tracing
+
+            spans = tracing.Spans(self.tracer_provider)
+        if self.metrics is not None or spans is not None:
+            self.engine.observer = instruments.Instruments(self.metrics, spans)
         self.health = health.aio.HealthServicer()
         self.port = 0
         self._grpc = grpc.aio.server(
@@ -124,15 +153,39 @@ class Server:
                 ("grpc.max_send_message_length", config.max_message_bytes),
                 ("grpc.so_reuseport", 0),  # a port in use is an error, not a shared port
             ],
-            interceptors=security.interceptors(
-                config.auth_tokens, config.auth_exempt_health, config.auth_exempt_reflection
-            ),
+            interceptors=[
+                *self._observing(),
+                *security.interceptors(
+                    config.auth_tokens, config.auth_exempt_health, config.auth_exempt_reflection
+                ),
+            ],
         )
         self._loading: asyncio.Task[None] | None = None
-        self._stats: asyncio.Task[None] | None = None
         self.http: HttpServer | None = None
         self.http_port = 0
+        self.metrics_server: HttpServer | None = None
+        self.metrics_port = 0
         self.serving = False  # health SERVING (the HTTP face's /health follows it)
+
+    def _observing(self) -> list[grpc.aio.ServerInterceptor]:
+        """The gRPC face's server spans (outermost, so that the rest runs in them) and its
+        request reports."""
+        out: list[grpc.aio.ServerInterceptor] = []
+        if self.tracer_provider is not None:
+            from xattn.service import tracing
+
+            out.append(tracing.grpc_interceptor(self.tracer_provider))
+        if self.engine.observer.active:
+            out.append(RequestInterceptor(self.engine.observer))
+        return out
+
+    def _metrics_authorized(self, scope: dict) -> bool:
+        """/metrics follows /health: exempt from bearer tokens unless --no-auth-exempt-health."""
+        policy = AuthPolicy(self.config.auth_tokens)
+        if not policy.tokens or self.config.auth_exempt_health:
+            return True
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
+        return policy.accepts(headers)
 
     async def start(self) -> int:
         """Listen (health NOT_SERVING) and start loading the model; return the bound port."""
@@ -162,12 +215,10 @@ class Server:
         tls = "TLS" if self.config.tls_cert else "plaintext"
         auth = "bearer-token auth" if self.config.auth_tokens else "no auth"
         log.info("xattn listening on %s:%d (%s, %s)", self.config.host, self.port, tls, auth)
-        if self.config.stats_file:
-            self._stats = asyncio.create_task(
-                stats_loop(self.engine, self.config.stats_file, self.config.stats_interval)
-            )
         if self.config.http_port is not None:
             await self._start_http()
+        if self.config.metrics_port is not None and self.metrics is not None:
+            await self._start_metrics()
         _write_port(self.config.port_file, self.port)
         self._loading = asyncio.create_task(self._load())
         return self.port
@@ -185,12 +236,30 @@ class Server:
             body_idle_seconds=config.http_body_timeout,
         )
         app = build_app(self.engine, settings, lambda: self.serving)
+        if self.tracer_provider is not None:
+            from xattn.service import tracing
+
+            app = tracing.asgi_middleware(app, self.tracer_provider)
+        if self.metrics is not None:
+            app = with_metrics(app, self.metrics.registry, self._metrics_authorized)
         self.http = HttpServer(app, sock, config.grace, config.tls_cert, config.tls_key)
         await self.http.start()
         self.http_port = self.http.port
         scheme = "https" if config.tls_cert else "http"
         log.info("OpenAI-compatible API on %s://%s:%d/v1", scheme, host, self.http_port)
         _write_port(config.http_port_file, self.http_port)
+
+    async def _start_metrics(self) -> None:
+        """/metrics alone on `metrics_port` (for a server without the HTTP face)."""
+        assert self.metrics is not None
+        config = self.config
+        sock = bind(config.host, config.metrics_port or 0)
+        app = with_metrics(None, self.metrics.registry, self._metrics_authorized)
+        self.metrics_server = HttpServer(app, sock, 0, config.tls_cert, config.tls_key)
+        await self.metrics_server.start()
+        self.metrics_port = self.metrics_server.port
+        log.info("Prometheus metrics on %s:%d/metrics", config.host, self.metrics_port)
+        _write_port(config.metrics_port_file, self.metrics_port)
 
     def _loaders(self) -> list[Callable[[], Pipeline]]:
         """One loader per model, the default first (given pipelines, or config's models)."""
@@ -233,9 +302,10 @@ class Server:
         http = self.http.stop(grace) if self.http is not None else asyncio.sleep(0)
         await asyncio.gather(self._grpc.stop(grace), http)
         await self.engine.close()
-        if self._stats is not None:
-            self._stats.cancel()  # it writes the final counters as it ends
-            await asyncio.gather(self._stats, return_exceptions=True)
+        if self.metrics_server is not None:  # scraped until the end
+            await self.metrics_server.stop(0)
+        if self._own_tracer and self.tracer_provider is not None:
+            await asyncio.to_thread(self.tracer_provider.shutdown)  # type: ignore[attr-defined]
         log.info("stopped")
 
     async def cancel_all(self) -> None:

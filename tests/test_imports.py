@@ -231,3 +231,32 @@ def test_a_circle_is_found_and_named(tmp_path: Path) -> None:
     edges = graph(tmp_path, {"pkg": "xattn.pkg"})
     assert edges["xattn.pkg.d"] == {"xattn.pkg.a", "xattn.pkg.sub.b"}
     assert cycles(edges) == [["xattn.pkg.a", "xattn.pkg.sub.b", "xattn.pkg.c", "xattn.pkg.a"]]
+
+
+INSTRUMENTS = ("prometheus_client", "opentelemetry")  # the metric and trace libraries
+
+
+def external_imports(path: Path) -> set[str]:
+    """The top-level names of the absolute imports of a file (deferred ones too)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def test_instruments_only_in_the_process() -> None:
+    """model/ and service's engine and faces report (xattn.service.engine.observe); only the
+    process on top of service/ imports prometheus_client or opentelemetry."""
+    wrong = [
+        f"{module} imports {name}"
+        for module, path in modules().items()
+        if module.startswith("xattn.model") or service_room(module) not in (None, "top")
+        for name in sorted(external_imports(path) & set(INSTRUMENTS))
+    ]
+    assert not wrong, "\n".join(wrong)
+    process = modules()
+    assert "opentelemetry" in external_imports(process["xattn.service.tracing"])  # the check sees
+    assert "prometheus_client" in external_imports(process["xattn.service.metrics"])

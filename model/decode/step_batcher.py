@@ -25,6 +25,10 @@ their Python work.
 
 The batch changes no decode's numbers beyond float rounding: the same weights, each token's
 own cache; tests pin token-identical transcripts.
+
+What the model thread does can be watched (`observer`: a `BatchObserver`, e.g. the server's
+metrics): each encoder call (its windows, its seconds) and each batched step (its rows, its
+seconds), reported from the model thread as they end. Nothing here knows who listens.
 """
 
 from __future__ import annotations
@@ -106,6 +110,16 @@ def _nothing() -> None:
     pass
 
 
+class BatchObserver(Protocol):
+    """Told, on the model thread, what each piece of its work took (wall-clock seconds)."""
+
+    def encoded(self, windows: int, seconds: float) -> None:
+        """An encoder call of `windows` windows (log-mel padding, encoder, cross K/V)."""
+
+    def stepped(self, rows: int, seconds: float) -> None:
+        """A batched decoder step of `rows` rows (a beam search's beams are rows)."""
+
+
 @dataclass
 class BatchStats:
     steps: int = 0  # decode steps run
@@ -154,6 +168,7 @@ class StepBatcher:
         self._active = 0  # decodes registered
         self._batch_at: int | None = None  # a batch is queued at this key or before
         self._thread = thread or TurnThread()
+        self.observer: BatchObserver | None = None  # told what each call and step took
 
     def call(self, fn: Callable[..., T], *args: object) -> T:
         """fn(*args), a decode's model work outside `step`, on the model thread; waits."""
@@ -190,7 +205,7 @@ class StepBatcher:
         with `batch_encoder`, together with the other
         windows waiting for it then."""
         if not self.batch_encoder:
-            return self.call(encode_window, self.model, mel)
+            return self.call(self._encode_one, mel)
         future: Future[tuple[Tensor, KVCache]] = Future()
         with self._cond:
             self._encodes.append((mel, future))
@@ -199,6 +214,14 @@ class StepBatcher:
         else:
             self._thread.submit(self._encode_waiting)  # the first to run takes all waiting
         return future.result()
+
+    def _encode_one(self, mel: Tensor) -> tuple[Tensor, KVCache]:
+        """On the model thread: one window's `encode_window`, told to the observer."""
+        t0 = time.perf_counter()
+        out = encode_window(self.model, mel)
+        if self.observer is not None:
+            self.observer.encoded(1, time.perf_counter() - t0)
+        return out
 
     def _encode_waiting(self) -> None:
         """On the model thread: the windows waiting for the encoder, in one call."""
@@ -217,6 +240,8 @@ class StepBatcher:
             n_ctx = self.model.dims.n_text_ctx
             self.stats.encoder_calls += 1
             self.stats.windows_encoded += len(waiting)
+            if self.observer is not None:
+                self.observer.encoded(len(waiting), time.perf_counter() - t0)
             for i, (_, future) in enumerate(waiting):
                 future.set_result((features[i : i + 1], KVCache(cross.window(i), n_ctx)))
         except BaseException as e:
@@ -316,9 +341,13 @@ class StepBatcher:
         finally:
             for s in batch:
                 s.done = True
+            seconds = time.perf_counter() - t0
             self.stats.steps += len(batch)
             self.stats.batches += 1
-            self.stats.busy += time.perf_counter() - t0
+            self.stats.busy += seconds
+            if self.observer is not None and ready:
+                rows = sum(len(s.token) if isinstance(s.token, list) else 1 for s in ready)
+                self.observer.stepped(rows, seconds)
 
     @staticmethod
     def _forward(decoder: torch.nn.Module, batch: list[_Step]) -> None:

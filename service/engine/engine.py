@@ -39,7 +39,9 @@ from xattn.model.pipeline import Pipeline
 from xattn.model.transcribe.sequential import Event
 from xattn.service.engine import capacity
 from xattn.service.engine.decoders import DecoderProcesses
+from xattn.service.engine.observe import NULL, Observer, current_request, decoding_of
 from xattn.service.engine.run import END, Cancelled, LiveSlot, Run, T, Timings, in_passing_thread
+from xattn.service.engine.timeline import Timeline
 
 __all__ = ["Engine", "Limits", "LiveSlot", "NotReady", "Overloaded", "Run", "Timings"]
 __all__ += ["UnknownModel", "Counters", "Event", "in_passing_thread"]
@@ -100,6 +102,7 @@ class _Model:
     budget: int  # bytes the transcriptions on workers may hold (capacity.request_bytes)
     in_flight: int = 0  # admitted and not over
     running: int = 0  # handed to a worker
+    live: int = 0  # live streams admitted and not over (in in_flight too)
     held: int = 0  # bytes the running ones hold
     queued: deque[Run] = field(default_factory=deque)  # audio decoded, in order of arrival
     windows_done: int = 0
@@ -113,11 +116,12 @@ class NotReady(RuntimeError):
 
 
 class Overloaded(RuntimeError):
-    """Every worker is busy and the queue is full."""
+    """Every worker is busy and the queue is full (`reason`: a value of observe.REFUSALS)."""
 
-    def __init__(self, message: str, retry_after_ms: int) -> None:
+    def __init__(self, message: str, retry_after_ms: int, reason: str = "queue_full") -> None:
         super().__init__(message)
         self.retry_after_ms = retry_after_ms
+        self.reason = reason
 
 
 class UnknownModel(OptionsError):
@@ -130,6 +134,7 @@ class Engine:
 
     def __init__(self, limits: Limits, pipeline: Pipeline | None = None) -> None:
         self.limits = limits
+        self.observer: Observer = NULL  # told what happens; the process sets its own (observe)
         self._models: dict[str, _Model] = {}
         self._lock = threading.Lock()
         self._counters = Counters()
@@ -224,6 +229,9 @@ class Engine:
             *(longest / capacity.MB, self.limits.max_audio_seconds),
         )
         self._models[pipe.name] = _Model(pipe, pool, workers, estimate, budget)
+        if pipe.context.batcher is not None:
+            pipe.context.batcher.observer = self.observer.batcher(pipe.name)
+        self.observer.model_loaded(pipe, workers, workers + max(0, self.limits.max_queue))
 
     def counters(self) -> Counters:
         with self._lock:
@@ -231,6 +239,15 @@ class Engine:
             c.queued = sum(len(m.queued) for m in self._models.values())
             c.running = sum(m.running for m in self._models.values())
             return c
+
+    def loads(self) -> dict[str, dict[str, int]]:
+        """Each model's in_flight, queued, running and live transcriptions now, its workers
+        and its admission capacity (workers + max_queue)."""
+        with self._lock:
+            return {n: {"in_flight": m.in_flight, "queued": len(m.queued), "running": m.running,
+                        "live": m.live, "workers": m.workers,
+                        "capacity": m.workers + max(0, self.limits.max_queue)}
+                    for n, m in self._models.items()}  # fmt: skip
 
     def submit(
         self,
@@ -242,23 +259,28 @@ class Engine:
         """Admit a transcription by `model` ("" = the first; Overloaded when that model is
         full); must run on the event loop."""
         pipe = self.pipeline_for(model)
-        self._admit(pipe.name)
+        decoding = decoding_of(options)
+        with self.observer.span("xattn.admission", model=pipe.name, decoding=decoding):
+            self._admit(pipe.name, decoding)
         return Run(self, load_audio, options, shape, pipe)
 
     def admit_live(self, model: str = "") -> LiveSlot:
         """Admit a live stream (Overloaded when full); it holds the slot until released."""
         name = self.pipeline_for(model).name
-        self._admit(name, live=True)
+        with self.observer.span("xattn.admission", model=name, decoding="live"):
+            self._admit(name, "live")
         return LiveSlot(self, name)
 
-    def _admit(self, model: str, live: bool = False) -> None:
+    def _admit(self, model: str, decoding: str) -> None:
         if not self.ready:
             raise NotReady("the model is still loading")
+        live = decoding == "live"
         with self._lock:
             c, m = self._counters, self._models[model]
             refusal = self._refusal(m, live)
             if refusal is not None:
                 c.rejected += 1
+                self.observer.refused(model, refusal.reason)
                 raise refusal
             c.admitted += 1
             c.in_flight += 1
@@ -266,6 +288,10 @@ class Engine:
             if live:
                 c.live += 1
                 c.started += 1
+                m.live += 1
+        self.observer.admitted(model, decoding)
+        if (scope := current_request()) is not None:
+            scope.model = model
 
     def _refusal(self, m: _Model, live: bool) -> Overloaded | None:
         """Why a new request of model `m` is refused now (None: admitted); under the lock."""
@@ -288,6 +314,7 @@ class Engine:
             f"the {len(m.queued)} transcriptions queued for {m.pipe.name} would keep this one "
             f"waiting about {wait:.0f} s (the bound is {bound:g} s)",
             wait - bound + spw,
+            "queue_wait",
         )
 
     def enqueue(self, run: Run) -> None:
@@ -297,6 +324,7 @@ class Engine:
         run.windows = capacity.windows_of(samples)
         rows = max(run.options.beam_size or 1, run.options.best_of or 1)
         run.bytes = capacity.request_bytes(m.pipe.dims, samples / 16000, rows).total
+        self.observer.audio_decoded(m.pipe.name, samples / 16000)
         with self._lock:
             m.queued.append(run)
             self._dispatch(m)
@@ -312,7 +340,7 @@ class Engine:
             m.running += 1
             m.held += run.bytes
             run.claimed = True
-            m.pool.submit(self.work, run)
+            m.pool.submit(run.context.run, self.work, run)  # in the request's context
 
     def end(self, run: Run | None, outcome: str, model: str = "") -> None:
         """Count a run's (None: a live stream's) outcome and free its slot."""
@@ -320,9 +348,11 @@ class Engine:
             c = self._counters
             setattr(c, outcome, getattr(c, outcome) + 1)
             c.in_flight -= 1
-            m = self._models.get(run.pipeline.name if run is not None else model)
+            m = self._models.get(name := run.pipeline.name if run is not None else model)
             if m is not None:
                 m.in_flight -= 1
+                m.live -= run is None
+        self.observer.ended(name, decoding_of(run.options) if run else "live", outcome)
 
     def unqueue(self, run: Run) -> None:
         """End (as cancelled) a run that no worker has taken yet; no-op once one has."""
@@ -345,6 +375,7 @@ class Engine:
             self._measured(m, run, 0)
             self.end(run, "cancelled")
             return
+        timeline = Timeline(self.observer, run)
         with self._lock:
             self._counters.started += 1
         try:
@@ -356,6 +387,7 @@ class Engine:
                 if event is None:
                     outcome = "finished"
                     break
+                timeline.event(event, t0, t0 + dt)
                 if isinstance(event, WindowStart):
                     run.times.encode += dt
                     windows += 1
@@ -380,6 +412,7 @@ class Engine:
         finally:
             if events is not None:
                 events.close()  # its steps leave the batch here, if they had not
+            timeline.close(outcome, len(audio) / 16000)
             self._measured(m, run, windows)
             self.end(run, outcome)
             run.put_last(END)
@@ -411,6 +444,6 @@ class Engine:
             await asyncio.to_thread(self.decoders.close)
 
 
-def _overloaded(why: str, retry_seconds: float) -> Overloaded:
+def _overloaded(why: str, retry_seconds: float, reason: str = "queue_full") -> Overloaded:
     retry_ms = int(min(60.0, max(0.1, retry_seconds)) * 1000)
-    return Overloaded(f"server busy: {why}; retry in about {retry_ms} ms", retry_ms)
+    return Overloaded(f"server busy: {why}; retry in about {retry_ms} ms", retry_ms, reason)

@@ -19,6 +19,7 @@ admission slot is released when the last step is over.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import threading
 import time
@@ -209,8 +210,30 @@ class LiveSession:
         return audio[:n]
 
     async def _run(self, step: Callable[[], list[Response]]) -> list[Response]:
-        self._step = self._engine.live_pool.submit(step)
+        context = contextvars.copy_context()  # the stream's (its span: the step's parent)
+        self._step = self._engine.live_pool.submit(context.run, step)
         return await asyncio.wrap_future(self._step)
+
+    def _watched(
+        self, live: LiveTranscriber, model: str, feed: Callable[[], list[LiveResult | SpeechEvent]]
+    ) -> list[LiveResult | SpeechEvent]:
+        """One step's `feed()` on the live pool, in a span; its audio, decodes, spared decodes
+        and finals reported (each final's lag: the audio received past its end)."""
+        o, stats = self._engine.observer, live.stats
+        samples, decodes, spared = live.samples, stats.steps, stats.skipped_steps
+        with o.span("xattn.live_step") as span:
+            results = feed()
+            span.set("audio_seconds", (live.samples - samples) / SAMPLE_RATE)
+            span.set("decodes", stats.steps - decodes)
+        audio = (live.samples - samples) / SAMPLE_RATE
+        o.live_step(model, audio, stats.steps - decodes, stats.skipped_steps - spared)
+        for r in results:
+            if isinstance(r, LiveResult) and r.is_final and r.tokens:
+                end = r.words[-1].end if r.words else max(t.peak_time for t in r.tokens)
+                o.live_final(model, max(0.0, self._received / SAMPLE_RATE - end))
+                for _ in r.tokens:
+                    o.token(model)
+        return results
 
     async def responses(self) -> AsyncIterator[Response]:
         """The results as they are decided, then `done`; raises the stream's error."""
@@ -234,19 +257,20 @@ class LiveSession:
         outcome = "failed"
         live = LiveTranscriber(pipe.context, pipe.alignment_heads, options)
         shaped = _Shaped(rows, config.interim_results)
-        take = partial(self._take, live)
+        feed = partial(live.feed_in_turn, partial(self._take, live))
+        step = partial(self._watched, live, pipe.name, feed)
         reader = asyncio.create_task(self._read(pcm), name="xattn-live-reader")
         try:
             while True:
                 await self._wake.wait()
                 self._wake.clear()
                 while self._pending and self._error is None:
-                    yield await self._run(lambda: shaped(live.feed_in_turn(take)))
+                    yield await self._run(lambda: shaped(step()))
                 if self._error is not None:
                     raise self._error
                 if self._ended or live.over:  # half-closed, or single_utterance over
                     break
-            last = await self._run(lambda: shaped(live.finish()))
+            last = await self._run(lambda: shaped(self._watched(live, pipe.name, live.finish)))
             stats = live.stats
             last.append(
                 Response(

@@ -12,6 +12,7 @@ batch at the next step.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -24,10 +25,13 @@ import numpy as np
 from xattn.model.decode.decoding import DecodeOptions
 from xattn.model.pipeline import Pipeline
 from xattn.model.transcribe.sequential import Event
+from xattn.service.engine.observe import Observer
 
 
 class Engine(Protocol):
     """What a run and a slot need of their engine (xattn.service.engine.engine.Engine)."""
+
+    observer: Observer
 
     def enqueue(self, run: Run) -> None: ...
     def end(self, run: Run | None, outcome: str, model: str = "") -> None: ...
@@ -83,6 +87,7 @@ class Run(Generic[T]):
         self.windows = 1  # 30 s windows of its audio, once decoded (the queue's wait)
         self.bytes = 0  # the memory it holds on a worker (xattn.service.engine.capacity)
         self.claimed = False  # under the engine's lock: handed to a worker, or ended queued
+        self.context = contextvars.copy_context()  # the request's (its span): the worker's
 
     def timings(self) -> Timings:
         if not self._done:
@@ -95,7 +100,8 @@ class Run(Generic[T]):
         self._started = True
         try:
             t0 = time.perf_counter()
-            self.audio = await in_passing_thread(self._load_audio)  # its torch (resampling) too
+            with engine.observer.span("xattn.audio"):  # its torch (resampling) too
+                self.audio = await in_passing_thread(self._load_audio)
             self.queued_at = time.perf_counter()
             self.times.audio = self.queued_at - t0
             engine.enqueue(self)  # the queued item holds no samples
@@ -168,7 +174,8 @@ async def in_passing_thread(fn: Callable[..., T], *args: object) -> T:
     0.45). Once this thread ends, its team is gone. Used for loading a model and decoding a
     request's audio (whose resampling runs torch)."""
     pool = ThreadPoolExecutor(1, thread_name_prefix="xattn-passing")
+    context = contextvars.copy_context()  # the caller's: its request id, its span
     try:
-        return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(pool, context.run, fn, *args)
     finally:
         pool.shutdown(wait=False)  # its thread ends when fn returns; the loop never waits

@@ -96,9 +96,10 @@ class TranscriberServicer(transcriber_pb2_grpc.TranscriberServicer):
                 results = [r async for r in events]  # one: the whole result, after the last event
             if len(results) != 1:
                 raise RuntimeError(f"the transcription gave {len(results)} results, not 1")
-            response = results[0]
-            response.timings.CopyFrom(convert.timings(run.timings()))
-            size, limit = response.ByteSize(), self._engine.limits.max_send_message_bytes
+            with self._engine.observer.span("xattn.response"):
+                response = results[0]
+                response.timings.CopyFrom(convert.timings(run.timings()))
+                size, limit = response.ByteSize(), self._engine.limits.max_send_message_bytes
             if limit and size > limit:
                 raise ResultTooLarge(
                     f"the result is {size} bytes, over the {limit} byte message limit: use "
@@ -117,7 +118,8 @@ class TranscriberServicer(transcriber_pb2_grpc.TranscriberServicer):
             async with aclosing(run.events()) as events:
                 async for response in events:
                     if response.HasField("done"):
-                        response.done.timings.CopyFrom(convert.timings(run.timings()))
+                        with self._engine.observer.span("xattn.response"):
+                            response.done.timings.CopyFrom(convert.timings(run.timings()))
                     yield response
         except Exception as e:
             await abort_for(context, e)

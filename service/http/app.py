@@ -38,6 +38,7 @@ from xattn.service.http import shapes
 from xattn.service.http.errors import ApiError, api_error, bad_param
 from xattn.service.http.forms import FormRequest, check_model_language, parse_form
 from xattn.service.http.models import pipeline_named
+from xattn.service.http.observe import RequestReports
 from xattn.service.http.realtime import realtime_session
 from xattn.service.http.stream import Deltas, sse_events
 from xattn.v1 import transcriber_pb2 as pb
@@ -116,7 +117,7 @@ class Api:
 
     # --- auth ---
     def _authorized(self, headers: Headers) -> bool:
-        """No tokens configured, or `Authorization: Bearer <one of them>` (service.engine.tokens)."""
+        """No tokens configured, or `Authorization: Bearer <one of them>` (engine.tokens)."""
         return not self._auth.tokens or self._auth.accepts(headers.items())
 
     def _check_auth(self, request: Request) -> None:
@@ -193,16 +194,8 @@ class Api:
         run = self._start(parsed, pipe, stream=False)
         async with aclosing(run.events()) as events:
             results = [r async for r in events]
-        response: pb.TranscribeResponse = results[0]
-        fmt = parsed.response_format
-        if fmt in shapes.TEXT_TYPES:
-            return PlainTextResponse(
-                shapes.subtitles(response.transcript, fmt), media_type=shapes.TEXT_TYPES[fmt]
-            )
-        if fmt == "verbose_json":
-            heads = shapes.heads_of(parsed.alignment, pipe.dims)
-            return JSONResponse(shapes.verbose(response, parsed, heads))
-        return JSONResponse(shapes.plain(response))
+        with self.engine.observer.span("xattn.response"):
+            return _shaped(results[0], parsed, pipe)
 
     def _stream(self, parsed: FormRequest, pipe: Pipeline) -> Response:
         run = self._start(parsed, pipe, stream=True)  # admitted now: a 429 comes as a status
@@ -231,6 +224,19 @@ class EventStream(StreamingResponse):
         finally:
             await self.body_iterator.aclose()  # type: ignore[attr-defined]
             self.run.abandon()
+
+
+def _shaped(response: pb.TranscribeResponse, parsed: FormRequest, pipe: Pipeline) -> Response:
+    """A transcription's result in the response_format asked for."""
+    fmt = parsed.response_format
+    if fmt in shapes.TEXT_TYPES:
+        return PlainTextResponse(
+            shapes.subtitles(response.transcript, fmt), media_type=shapes.TEXT_TYPES[fmt]
+        )
+    if fmt == "verbose_json":
+        heads = shapes.heads_of(parsed.alignment, pipe.dims)
+        return JSONResponse(shapes.verbose(response, parsed, heads))
+    return JSONResponse(shapes.plain(response))
 
 
 def _model(pipe: Pipeline) -> dict:
@@ -271,7 +277,10 @@ def build_app(
             )
         )
     app = Starlette(routes=routes, middleware=middleware, exception_handlers={404: _not_found})
-    return BodyLimit(app, settings.max_body_bytes, settings.body_idle_seconds)
+    limited = BodyLimit(app, settings.max_body_bytes, settings.body_idle_seconds)
+    if not engine.observer.active:
+        return limited
+    return RequestReports(limited, engine.observer, routes)  # every request, 413s included
 
 
 async def _not_found(request: Request, exc: Exception) -> Response:
