@@ -7,6 +7,7 @@ benchmarks/scale.py.
 Each replica is `python -m xattn.service --port 0 --port-file ...` (one torch thread, one
 worker unless told otherwise); `Replicas` waits until every one's health check says
 SERVING; with `http=True` each also serves the HTTP API on a port of its own (http_ports).
+Each serves /metrics on a port of its own too (`metrics_ports`; `counters(i)` reads it).
 `Balancer` runs `haproxy -f deploy/haproxy/haproxy.cfg -f <servers.cfg>` (the
 repository's config; only the backends' server lines are written here: gRPC, and HTTP when
 given `http_ports`) and waits until HAProxy's own checks have marked every replica UP. Its
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 import shutil
 import signal
@@ -33,6 +33,8 @@ from typing import Self
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from benchmarks.scrape import engine_counters
 
 ROOT = Path(__file__).resolve().parents[1]
 HAPROXY_CFG = ROOT / "deploy" / "haproxy" / "haproxy.cfg"
@@ -104,6 +106,7 @@ class Replicas(Started):
         self.folder = folder
         self.http = http  # also the HTTP API (--http-port 0): http_ports[i]
         self.http_ports: list[int] = []
+        self.metrics_ports: list[int] = []
         self.args = ("--workers", "1", "--grace", "20", *args)
         self.threads = threads
         self.procs: list[subprocess.Popen[bytes]] = []  # replica i: procs[i] on ports[i]
@@ -116,6 +119,7 @@ class Replicas(Started):
         self.procs += [None] * (self.count - len(self.procs))  # type: ignore[list-item]
         self.ports += [0] * (self.count - len(self.ports))
         self.http_ports += [0] * (self.count - len(self.http_ports))
+        self.metrics_ports += [0] * (self.count - len(self.metrics_ports))
         fresh = [i for i, p in enumerate(self.procs) if p is None or p.poll() is not None]
         for i in fresh:
             self._spawn(i)
@@ -123,6 +127,9 @@ class Replicas(Started):
             port_file = self.folder / f"replica{i}.port"
             wait_until(lambda f=port_file, i=i: self._alive(i) and f.exists(), "no port", timeout)
             self.ports[i] = int(port_file.read_text())
+            metrics_file = self.folder / f"replica{i}.metrics-port"
+            wait_until(lambda f=metrics_file, i=i: self._alive(i) and f.exists(), "no port", 30)
+            self.metrics_ports[i] = int(metrics_file.read_text())
             if self.http:
                 http_file = self.folder / f"replica{i}.http-port"
                 wait_until(lambda f=http_file, i=i: self._alive(i) and f.exists(), "no port", 30)
@@ -143,11 +150,12 @@ class Replicas(Started):
         port_file.unlink(missing_ok=True)
         http_file = self.folder / f"replica{i}.http-port"
         http_file.unlink(missing_ok=True)
-        self.stats_file(i).unlink(missing_ok=True)
+        metrics_file = self.folder / f"replica{i}.metrics-port"
+        metrics_file.unlink(missing_ok=True)
         log = (self.folder / f"replica{i}.log").open("ab")
         command = [sys.executable, "-m", "xattn.service", "--port", "0"]
         command += ["--port-file", str(port_file), *self.args]
-        command += ["--stats-file", str(self.stats_file(i)), "--stats-interval", "0.1"]
+        command += ["--metrics-port", "0", "--metrics-port-file", str(metrics_file)]
         if self.http:
             command += ["--http-port", "0", "--http-port-file", str(http_file)]
         self.procs[i] = subprocess.Popen(
@@ -160,14 +168,12 @@ class Replicas(Started):
             raise RuntimeError(f"replica {i} exited {self.procs[i].returncode}:\n{log[-3000:]}")
         return True
 
-    def stats_file(self, i: int) -> Path:
-        return self.folder / f"replica{i}.stats.json"
-
     def counters(self, i: int) -> dict[str, int]:
-        """Replica i's engine counters (admitted, in_flight, ...), at most 0.1 s old."""
+        """Replica i's engine counters now (admitted, in_flight, ...: its /metrics); {} when
+        it does not answer."""
         try:
-            return dict(json.loads(self.stats_file(i).read_text())["counters"])
-        except (OSError, ValueError, KeyError):
+            return engine_counters(f"http://127.0.0.1:{self.metrics_ports[i]}/metrics", 5)
+        except OSError:
             return {}
 
     def addresses(self) -> list[str]:

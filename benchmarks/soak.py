@@ -220,7 +220,7 @@ def start_server(args: argparse.Namespace, folder: Path) -> tuple[subprocess.Pop
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     command = [sys.executable, "-m", "xattn.service", "--port", "0", "--port-file", str(port_file)]
     command += ["--workers", str(args.workers), "--max-queue", str(args.max_queue)]
-    command += ["--stats-file", str(folder / "stats.json"), "--log-level", "WARNING"]
+    command += ["--log-level", "INFO"]  # its final counters: the "stopped; counters" line
     log = (folder / "server.log").open("w")
     proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
@@ -268,9 +268,10 @@ def main(argv: list[str] | None = None) -> int:
         if proc is not None:
             proc.send_signal(signal.SIGTERM)
             report["server_exit_code"] = proc.wait(60)
-            stats = json.loads((Path(tmp) / "stats.json").read_text())  # written at exit
-            report["server_counters"] = stats["counters"]
             log = (Path(tmp) / "server.log").read_text()
+            final = [line for line in log.splitlines() if "stopped; counters: " in line]
+            if final:  # logged as it stopped
+                report["server_counters"] = json.loads(final[-1].split("counters: ", 1)[1])
             report["server_log_tracebacks"] = log.count("Traceback")
             errors = [line for line in log.splitlines() if " ERROR " in line or "Error" in line]
             report["server_log_errors"] = errors[:20]  # what an INTERNAL was, if any

@@ -12,12 +12,13 @@ OTEL_* variables configure an exporter (xattn.service.instruments).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import signal
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -306,7 +307,8 @@ class Server:
             await self.metrics_server.stop(0)
         if self._own_tracer and self.tracer_provider is not None:
             await asyncio.to_thread(self.tracer_provider.shutdown)  # type: ignore[attr-defined]
-        log.info("stopped")
+        # the last word on what was served, for whoever reads the log after the process
+        log.info("stopped; counters: %s", json.dumps(asdict(self.engine.counters())))
 
     async def cancel_all(self) -> None:
         """Cancel every in-flight RPC now (a `stop()` in progress then ends at once)."""

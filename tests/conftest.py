@@ -17,6 +17,8 @@ TOOLS = {
     "ffmpeg": ("apt-get install ffmpeg", True),
     "chromium": ("apt-get install chromium", True),
     "haproxy": ("apt-get install haproxy", True),
+    "prometheus": ("apt-get install prometheus", True),
+    "promtool": ("apt-get install prometheus", True),
     "docker-compose": ("apt-get install docker-compose", True),
     "openssl": ("apt-get install openssl", False),
     "kubectl": ("https://kubernetes.io/docs/tasks/tools/", False),

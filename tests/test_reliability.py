@@ -1,7 +1,8 @@
 """Overload, cancellations and disconnects against a real server process.
 
-The server runs as `python -m xattn.service` with `--stats-file` (its engine counters, RSS and
-thread count as JSON, rewritten every 0.1 s); the tests read that and /proc/PID/status.
+The server runs as `python -m xattn.service` with `--metrics-port` (its engine counters on
+/metrics, read as each test needs them: benchmarks.scrape); the tests read that and
+/proc/PID/status.
 
 Documented bounds (this box has 2 shared cores: timings are generous, and printed):
 - burst of 64 StreamTranscribe on jfk.flac, 1 worker, queue of 1: every rejection is
@@ -31,8 +32,8 @@ import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from benchmarks.scrape import engine_counters
 from xattn.model.audio.features import decode_audio
-from xattn.service.stats import process_status
 from xattn.v1 import transcriber_pb2 as pb
 from xattn.v1 import transcriber_pb2_grpc
 
@@ -45,8 +46,23 @@ RSS_LIMIT_MB = 2048  # tiny.en server (~1.2 GB after a few requests) under a 64-
 Stub = transcriber_pb2_grpc.TranscriberStub
 
 
+def process_status(pid: int | str = "self") -> dict[str, int]:
+    """VmRSS (kB) and Threads from /proc/PID/status; {} where there is no /proc."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return {}
+    values: dict[str, int] = {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("VmRSS", "Threads"):
+            values["rss_kb" if key == "VmRSS" else "threads"] = int(rest.split()[0])
+    return values
+
+
 class ServerProcess:
-    """`python -m xattn.service --port 0` with a port file and a stats file; a context manager."""
+    """`python -m xattn.service --port 0` with a port file and /metrics on a port of its own;
+    a context manager."""
 
     def __init__(
         self,
@@ -56,13 +72,14 @@ class ServerProcess:
         metadata: tuple[tuple[str, str], ...] = (),
     ) -> None:
         self.credentials, self.metadata = credentials, metadata  # for TLS / auth servers
-        self.port_file, self.stats_file = folder / "port", folder / "stats.json"
+        self.port_file, self.metrics_file = folder / "port", folder / "metrics-port"
         self.log_file = folder / "server.log"
         command = [sys.executable, "-m", "xattn.service", "--port", "0"]
-        command += ["--port-file", str(self.port_file), "--stats-file", str(self.stats_file)]
+        command += ["--port-file", str(self.port_file), "--metrics-port", "0"]
+        command += ["--metrics-port-file", str(self.metrics_file)]
         with self.log_file.open("w") as log:
             self.proc = subprocess.Popen(
-                [*command, "--stats-interval", "0.1", *flags],
+                [*command, *flags],
                 cwd=ROOT,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -80,6 +97,11 @@ class ServerProcess:
             assert time.monotonic() < deadline, "no port file"
             time.sleep(0.02)
         self.address = f"127.0.0.1:{int(self.port_file.read_text())}"
+        while not self.metrics_file.exists():
+            assert self.proc.poll() is None, self.output()
+            assert time.monotonic() < deadline, "no metrics port file"
+            time.sleep(0.02)
+        self.metrics_url = f"http://127.0.0.1:{int(self.metrics_file.read_text())}/metrics"
         with self.channel() as channel:
             health = health_pb2_grpc.HealthStub(channel)
             while True:
@@ -104,20 +126,18 @@ class ServerProcess:
     def output(self) -> str:
         return self.log_file.read_text(errors="replace")
 
-    def stats(self) -> dict:
-        return json.loads(self.stats_file.read_text())
-
     def counters(self) -> dict[str, int]:
-        return self.stats()["counters"]
+        """The engine's counters now (admitted, rejected, finished, ..., in_flight)."""
+        return engine_counters(self.metrics_url)
 
     def wait_idle(self, timeout: float = 60.0) -> dict[str, int]:
-        """The counters once nothing is in flight (in a snapshot taken after this call)."""
-        start, deadline = time.time(), time.monotonic() + timeout
+        """The counters once nothing is in flight."""
+        deadline = time.monotonic() + timeout
         while True:
-            stats = self.stats()
-            if stats["time"] > start and stats["counters"]["in_flight"] == 0:
-                return stats["counters"]
-            assert time.monotonic() < deadline, f"still in flight: {stats}"
+            counters = self.counters()
+            if counters["in_flight"] == 0:
+                return counters
+            assert time.monotonic() < deadline, f"still in flight: {counters}"
             time.sleep(0.05)
 
     def signal(self, sig: int = signal.SIGTERM) -> None:
@@ -133,6 +153,13 @@ class ServerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def final_counters(output: str) -> dict[str, int]:
+    """The engine's counters a stopped server logged last ("stopped; counters: {...}")."""
+    lines = [line for line in output.splitlines() if "stopped; counters: " in line]
+    assert lines, f"no final counters in the log:\n{output[-2000:]}"
+    return dict(json.loads(lines[-1].split("stopped; counters: ", 1)[1]))
 
 
 def percentile(values: list[float], q: float) -> float:

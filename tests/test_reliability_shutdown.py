@@ -23,7 +23,7 @@ import grpc
 import numpy as np
 import soundfile
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from test_reliability import JFK_TEXT, ServerProcess
+from test_reliability import JFK_TEXT, ServerProcess, final_counters
 
 from xattn.model.audio.features import decode_audio
 from xattn.v1 import transcriber_pb2 as pb
@@ -133,7 +133,7 @@ def test_sigterm_drains_in_flight_and_refuses_new(tmp_path: Path, jfk_path: Path
             assert r.kinds.count("token") == 27 and r.kinds[-1] == "done"
         assert server.proc.wait(60) == 0, server.output()
         channel.close()
-        final = server.counters()
+        final = final_counters(server.output())
         assert final["finished"] >= 3 and final["in_flight"] == 0 and final["failed"] == 0
         assert "stopped" in server.output()
 
@@ -167,7 +167,7 @@ def check_cancelled_cleanly(
             r.pause = 0.0
             r.join(30)
             assert r.code is not None and r.code != grpc.StatusCode.OK  # cut, not finished
-        final = server.counters()
+        final = final_counters(server.output())
         assert final["in_flight"] == 0 and final["failed"] == 0
         assert final["cancelled"] == 2 and final["finished"] == 0
         output = server.output()

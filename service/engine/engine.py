@@ -275,6 +275,8 @@ class Engine:
         if not self.ready:
             raise NotReady("the model is still loading")
         live = decoding == "live"
+        if (scope := current_request()) is not None:
+            scope.model = model  # the request's model label, refused or not
         with self._lock:
             c, m = self._counters, self._models[model]
             refusal = self._refusal(m, live)
@@ -290,8 +292,6 @@ class Engine:
                 c.started += 1
                 m.live += 1
         self.observer.admitted(model, decoding)
-        if (scope := current_request()) is not None:
-            scope.model = model
 
     def _refusal(self, m: _Model, live: bool) -> Overloaded | None:
         """Why a new request of model `m` is refused now (None: admitted); under the lock."""
