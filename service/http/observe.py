@@ -12,6 +12,7 @@ comes back on the response.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from starlette.routing import BaseRoute, Match
@@ -30,8 +31,8 @@ class RequestReports:
     def _route(self, scope: Scope) -> str:
         for route in self.routes:
             match, _ = route.matches(scope)
-            if match == Match.FULL:
-                return str(getattr(route, "path", "other"))
+            if match == Match.FULL:  # its path without convertors: /v1/models/{model}
+                return re.sub(r":\w+\}", "}", str(getattr(route, "path", "other")))
         return "other"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
