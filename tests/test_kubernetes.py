@@ -337,3 +337,38 @@ def test_production_overlay_wires_tls_and_tokens() -> None:
         assert "exec" in c[name] and "grpc" not in c[name], name
     assert c["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
     assert set(c["readinessProbe"]) & {"exec", "grpc"} == set()
+
+
+def test_pods_are_annotated_for_prometheus(rendered: dict[tuple[str, str], Doc]) -> None:
+    """prometheus.io/* on the pods: /metrics on the HTTP API's port (https with TLS)."""
+    notes = deployment(rendered)["spec"]["template"]["metadata"]["annotations"]
+    ports = {p["name"]: p["containerPort"] for p in container(rendered)["ports"]}
+    assert notes["prometheus.io/scrape"] == "true" and notes["prometheus.io/path"] == "/metrics"
+    assert int(notes["prometheus.io/port"]) == ports["http"]
+    assert int(env_of(container(rendered))["XATTN_HTTP_PORT"]) == ports["http"]
+    tls = "XATTN_TLS_CERT" in env_of(container(rendered))
+    assert notes.get("prometheus.io/scheme", "http") == ("https" if tls else "http")
+
+
+def test_optional_service_monitor_selects_one_service() -> None:
+    """deploy/kubernetes/monitoring: the Prometheus Operator's ServiceMonitor (a CRD, which
+    the API schemas do not hold: checked here) selects the `xattn` Service alone and its
+    `http` port."""
+    (monitor,) = render(KUBE / "monitoring")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["kind"] == "ServiceMonitor"
+    assert set(monitor) == {"apiVersion", "kind", "metadata", "spec"}
+    assert set(monitor["spec"]) == {"selector", "endpoints"}
+    base = by_kind(render(BASE))
+    wanted = monitor["spec"]["selector"]["matchLabels"]
+    chosen = [
+        name
+        for (kind, name), doc in base.items()
+        if kind == "Service" and wanted.items() <= doc["metadata"].get("labels", {}).items()
+    ]
+    assert chosen == ["xattn"]
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert set(endpoint) <= {"port", "path", "interval", "scheme", "tlsConfig"}
+    service_ports = {p["name"] for p in base[("Service", "xattn")]["spec"]["ports"]}
+    assert endpoint["port"] in service_ports and endpoint["path"] == "/metrics"
+    assert re.fullmatch(r"\d+s", endpoint["interval"]) and endpoint["scheme"] == "http"

@@ -222,3 +222,19 @@ def test_grafana_provisioning_points_at_the_dashboard() -> None:
     titles = " ".join(p["title"].lower() for p in dashboard["panels"])
     for topic in ("latency", "queue wait", "batch", "encoder", "lag", "refusals", "memory"):
         assert topic in titles, topic
+
+
+def test_compose_monitoring_profile_mounts_these_files() -> None:
+    """docker-compose.yml's `monitoring` profile: Prometheus and Grafana read deploy/monitoring,
+    and Prometheus scrapes the server's HTTP port."""
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    for name in ("prometheus", "grafana"):
+        assert compose[name]["profiles"] == ["monitoring"]
+        for volume in compose[name]["volumes"]:
+            source = volume.split(":")[0]
+            assert (ROOT / source).exists(), (name, volume)
+            assert source.startswith("./deploy/monitoring/")
+    http_port = compose["server"]["environment"]["XATTN_HTTP_PORT"]
+    scrape = yaml.safe_load((MONITORING / "prometheus.yml").read_text())["scrape_configs"]
+    (server,) = [job for job in scrape if job["job_name"] == "xattn"]
+    assert server["static_configs"][0]["targets"] == [f"server:{http_port.split('-')[-1][:-1]}"]
