@@ -43,6 +43,7 @@ TITLES = {
     "http_api": "OpenAI's API over HTTP against gRPC: unary and first delta",
     "load": "Load: concurrent clients over gRPC and HTTP, beside faster-whisper-server",
     "soak": "Soak: mixed traffic for a while",
+    "metrics": "What watching costs: metrics and traces against neither",
 }
 
 
