@@ -280,3 +280,19 @@ def test_text_parses_as_prometheus_does() -> None:
     found = parse('# TYPE a_total counter\na_total{x="1"} 2\na_total{x="2"} 3\n')
     assert value(found, "a_total") == 5 and value(found, "a_total", x="2") == 3
     assert value(found, "missing_total") == 0
+
+
+def test_metrics_follow_the_health_exemption(pipeline: Pipeline) -> None:
+    """With bearer tokens, /metrics needs none (as /health), unless health is not exempt."""
+    token = "metrics-test-token-0123456789"
+    config = ServerConfig(port=0, http_port=0, workers=1, auth_tokens=(token,))
+    with BackgroundServer(config, pipeline) as server:
+        assert http("GET", metrics_url(server))[0] == 200
+    strict = ServerConfig(
+        port=0, http_port=0, workers=1, auth_tokens=(token,), auth_exempt_health=False
+    )
+    with BackgroundServer(strict, pipeline) as server:
+        status, _, body = http("GET", metrics_url(server))
+        assert status == 401 and b"invalid_api_key" in body
+        authorized = {"Authorization": f"Bearer {token}"}
+        assert http("GET", metrics_url(server), authorized)[0] == 200
