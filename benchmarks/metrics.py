@@ -172,6 +172,69 @@ def round_of(server: Server, clients: int, seconds: float, wav: bytes, errors: l
     return sum(1 for t in ends if start <= t <= until) / seconds
 
 
+def report_cost(tracing: bool, n: int = 2000) -> float:
+    """Microseconds of CPU the reports of one transcription cost in this process: what a
+    greedy jfk request makes (a request scope, admission, one window of 27 tokens, 26 batched
+    steps, the outcome), through the process's Instruments (metrics; with `tracing` also its
+    spans, to an SDK exporter that discards). Load hardly moves it: a bound for the ratios."""
+    import contextvars
+
+    from xattn.service.engine.engine import Engine, Limits
+    from xattn.service.instruments import Instruments
+    from xattn.service.metrics import Metrics
+
+    spans = None
+    if tracing:
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
+        from opentelemetry.sdk.trace.export import SpanExportResult as Result
+
+        from xattn.service.tracing import Spans
+
+        class Nowhere(SpanExporter):
+            def export(self, spans: object) -> Result:
+                return Result.SUCCESS
+
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(Nowhere()))
+        spans = Spans(provider)
+    o = Instruments(Metrics(Engine(Limits()), lambda: True), spans)
+    batcher = o.batcher("tiny.en")
+    assert batcher is not None
+
+    def one() -> None:
+        t = time.perf_counter()
+        scope = o.request("grpc", "xattn.v1.Transcriber/Transcribe", None)
+        with o.span("xattn.admission", model="tiny.en", decoding="greedy"):
+            o.admitted("tiny.en", "greedy")
+        with o.span("xattn.audio"):
+            o.audio_decoded("tiny.en", 2.0)
+        o.begin("xattn.queue", t).end(t)
+        o.queue_waited("tiny.en", 0.001)
+        window = o.begin("xattn.window", t, window=0, offset=0.0)
+        o.begin("xattn.encode", t, window).end(t)
+        decode = o.begin("xattn.decode", t, window)
+        batcher.encoded(1, 0.1)
+        o.first_token("tiny.en", "greedy", 0.2)
+        for _ in range(27):
+            o.token("tiny.en")
+        for _ in range(26):
+            batcher.stepped(1, 0.005)
+        decode.end(t)
+        window.end(t)
+        o.window("tiny.en")
+        o.transcribed("tiny.en", 2.0, 0.3)
+        o.ended("tiny.en", "greedy", "finished")
+        with o.span("xattn.response"):
+            pass
+        scope.end("OK")
+
+    t0 = time.process_time()
+    for _ in range(n):
+        contextvars.copy_context().run(one)
+    return (time.process_time() - t0) / n * 1e6
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clip", type=Path, default=DEFAULT_CLIP)
@@ -231,8 +294,14 @@ def main(argv: list[str] | None = None) -> int:
         "tracing": "OTLP/HTTP to a loopback receiver that reads and discards; all sampled",
         "load average during rounds": [round(min(loads), 2), round(max(loads), 2)],
     }  # fmt: skip
+    cost = {
+        "metrics": round(report_cost(False), 1),
+        "metrics and spans": round(report_cost(True), 1),
+    }
+    print(f"reports of one request, CPU microseconds: {cost}")
     figures = {
         "requests/s at 8 clients": rows,
+        "reports of one transcription, CPU microseconds (in process)": cost,
         "OTLP exports received": Discard.exports,
         "client errors (all rounds)": len(errors),
     }
