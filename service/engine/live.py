@@ -223,10 +223,10 @@ class LiveSession:
         samples, decodes, spared = live.samples, stats.steps, stats.skipped_steps
         with o.span("xattn.live_step") as span:
             results = feed()
-            span.set("audio_seconds", (live.samples - samples) / SAMPLE_RATE)
-            span.set("decodes", stats.steps - decodes)
-        audio = (live.samples - samples) / SAMPLE_RATE
-        o.live_step(model, audio, stats.steps - decodes, stats.skipped_steps - spared)
+            audio, decodes = (live.samples - samples) / SAMPLE_RATE, stats.steps - decodes
+            span.set("audio_seconds", audio)
+            span.set("decodes", decodes)
+        o.live_step(model, audio, decodes, stats.skipped_steps - spared)
         for r in results:
             if isinstance(r, LiveResult) and r.is_final and r.tokens:
                 end = r.words[-1].end if r.words else max(t.peak_time for t in r.tokens)
