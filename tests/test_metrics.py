@@ -296,3 +296,19 @@ def test_metrics_follow_the_health_exemption(pipeline: Pipeline) -> None:
         assert status == 401 and b"invalid_api_key" in body
         authorized = {"Authorization": f"Bearer {token}"}
         assert http("GET", metrics_url(server), authorized)[0] == 200
+
+
+def test_health_watch_streams_through_the_reports(pipeline: Pipeline) -> None:
+    """A streaming handler that writes to its context (Health/Watch) and returns, not an
+    async generator, is reported too and still streams."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with BackgroundServer(ServerConfig(port=0, metrics_port=0, workers=1), pipeline) as server:
+        with grpc.insecure_channel(server.address) as channel:
+            watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest())
+            first = next(watch)
+            watch.cancel()
+        assert first.status == health_pb2.HealthCheckResponse.SERVING
+        url = f"http://{server.metrics_address}/metrics"
+        watched = {"method": "grpc.health.v1.Health/Watch", "code": "CANCELLED"}
+        wait_until(lambda: value(families(url), "xattn_requests_total", **watched) == 1, "no Watch")

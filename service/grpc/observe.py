@@ -12,6 +12,7 @@ answers UNIMPLEMENTED before any handler runs).
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -67,7 +68,9 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
 
         kind = KINDS[handler.request_streaming, handler.response_streaming]
         behavior = getattr(handler, kind)
-        observe = _streaming if handler.response_streaming else _unary
+        # a streaming handler either yields (an async generator) or writes to its context
+        # and returns (a coroutine: the health service's Watch)
+        observe = _streaming if inspect.isasyncgenfunction(behavior) else _unary
         return handler._replace(**{kind: observe(behavior, start)})
 
 
