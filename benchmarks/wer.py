@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing as mp
 import shutil
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import jiwer
@@ -36,7 +39,7 @@ import numpy as np
 import torch
 
 from benchmarks import results
-from benchmarks.decode import ct2_dir, openai_model
+from benchmarks.end_to_end import ct2_dir, openai_model
 from xattn.model.audio.features import decode_audio
 from xattn.model.checkpoints.base import package_dir
 
@@ -120,81 +123,100 @@ def faster_whisper_dir(name: str) -> Path:
 Transcriber = Callable[[np.ndarray, str], str]  # (audio, language) -> text
 
 
-def label(system: str, compute: str, exact: str) -> str:
-    """'xattn' for the exact compute, 'xattn int8-encoder' for another."""
-    return system if compute == exact else f"{system} {compute}"
+@dataclass(frozen=True)
+class System:
+    """One system of the table: an implementation at a compute, greedy or beam 5."""
+
+    family: str  # "xattn", "faster-whisper" or "openai-whisper"
+    compute: str  # ours: a --compute; faster-whisper: a compute_type; openai: "fp32"
+    beam: int  # 1: greedy
+
+    @property
+    def label(self) -> str:
+        """'xattn greedy' at the exact compute, 'xattn int8-encoder beam 5' at another."""
+        exact = self.compute in ("fp32", "float32")
+        name = self.family if exact else f"{self.family} {self.compute}"
+        return f"{name} {'greedy' if self.beam == 1 else f'beam {self.beam}'}"
 
 
 def systems(
-    name: str,
-    threads: int,
     computes: Sequence[str] = ("fp32",),
     fw_computes: Sequence[str] = ("float32",),
     openai: bool = True,
-) -> dict[str, Transcriber]:
+) -> list[System]:
     """Each system greedy and beam 5: ours at each of `computes`, faster-whisper at each of
     its `fw_computes`, openai-whisper fp32 where `openai`."""
-    out: dict[str, Transcriber] = {}
-    for compute in computes:
-        system = label("xattn", compute, "fp32")
-        out |= {f"{system} {k}": run for k, run in ours(name, compute).items()}
-    for compute in fw_computes:
-        system = label("faster-whisper", compute, "float32")
-        out |= {f"{system} {k}": run for k, run in faster(name, compute, threads).items()}
-    if openai:
-        out |= {f"openai-whisper {k}": run for k, run in openai_whisper(name).items()}
-    return out
+    found = [System("xattn", c, b) for c in computes for b in (1, 5)]
+    found += [System("faster-whisper", c, b) for c in fw_computes for b in (1, 5)]
+    return found + ([System("openai-whisper", "fp32", b) for b in (1, 5)] if openai else [])
 
 
-def ours(name: str, compute: str) -> dict[str, Transcriber]:
-    from xattn.model.decode.decoding import DecodeOptions
-    from xattn.model.decode.results import Transcript
-    from xattn.model.pipeline import load_pipeline
+def transcriber(system: System, name: str, threads: int) -> Transcriber:
+    """`system`'s transcription of (audio, language), its model loaded once a process."""
+    beam = system.beam
+    if system.family == "xattn":
+        from xattn.model.decode.decoding import DecodeOptions
+        from xattn.model.decode.results import Transcript
 
-    pipe = load_pipeline(name, compute=compute)
+        pipe = _pipeline(name, system.compute)
 
-    def run(beam: int) -> Transcriber:
-        def go(audio: np.ndarray, language: str) -> str:
+        def ours(audio: np.ndarray, language: str) -> str:
             options = DecodeOptions(language=language, beam_size=beam, best_of=BEST_OF)
             events = pipe.transcribe(audio, options)
             return next(e for e in events if isinstance(e, Transcript)).text
 
-        return go
+        return ours
+    if system.family == "faster-whisper":
+        fw = _faster_whisper(name, system.compute, threads)
 
-    return {"greedy": run(1), "beam 5": run(5)}
-
-
-def faster(name: str, compute_type: str, threads: int) -> dict[str, Transcriber]:
-    from faster_whisper import WhisperModel
-
-    path = str(faster_whisper_dir(name))
-    fw = WhisperModel(path, device="cpu", compute_type=compute_type, cpu_threads=threads)
-
-    def run(beam: int) -> Transcriber:
-        def go(audio: np.ndarray, language: str) -> str:
+        def faster(audio: np.ndarray, language: str) -> str:
             segments, _ = fw.transcribe(audio, language=language, beam_size=beam, best_of=BEST_OF)
             return "".join(s.text for s in segments)
 
-        return go
-
-    return {"greedy": run(1), "beam 5": run(5)}
-
-
-def openai_whisper(name: str) -> dict[str, Transcriber]:
+        return faster
     import whisper
 
-    ref = openai_model(name)
+    ref = _openai(name)
 
-    def run(beam: int | None) -> Transcriber:
-        def go(audio: np.ndarray, language: str) -> str:
-            out = whisper.transcribe(
-                ref, audio, fp16=False, language=language, beam_size=beam, best_of=BEST_OF
-            )
-            return out["text"]
+    def openai(audio: np.ndarray, language: str) -> str:
+        out = whisper.transcribe(
+            ref,
+            audio,
+            fp16=False,
+            language=language,
+            beam_size=beam if beam > 1 else None,
+            best_of=BEST_OF,
+        )
+        return out["text"]
 
-        return go
+    return openai
 
-    return {"greedy": run(None), "beam 5": run(5)}
+
+@cache
+def _pipeline(name: str, compute: str):  # noqa: ANN202 - a Pipeline
+    from xattn.model.pipeline import load_pipeline
+
+    return load_pipeline(name, compute=compute)
+
+
+@cache
+def _faster_whisper(name: str, compute_type: str, threads: int):  # noqa: ANN202
+    from faster_whisper import WhisperModel
+
+    path = str(faster_whisper_dir(name))
+    return WhisperModel(path, device="cpu", compute_type=compute_type, cpu_threads=threads)
+
+
+@cache
+def _openai(name: str):  # noqa: ANN202
+    return openai_model(name)
+
+
+def score_system(system: System, name: str, threads: int, chosen: list[Clip]) -> Score:
+    """`system` over the clips, in this process (a worker's, with --jobs)."""
+    torch.set_num_threads(threads)
+    data = [(c, decode_audio(str(c.file))) for c in chosen]
+    return score(system.label, transcriber(system, name, threads), data)
 
 
 def score(system: str, run: Transcriber, data: list[tuple[Clip, np.ndarray]]) -> Score:
@@ -219,6 +241,13 @@ def main(argv: list[str] | None = None) -> None:
         "--fw-computes", nargs="+", default=["float32"], help="faster-whisper's (float32)"
     )
     parser.add_argument("--no-openai", action="store_true", help="leave openai-whisper out")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="systems scored at once, each in a process of its own (1: one after another; "
+        "more spoils the times, not the counts)",
+    )
     results.add_arguments(parser)
     args = parser.parse_args(argv)
     threads = torch.get_num_threads()
@@ -227,11 +256,14 @@ def main(argv: list[str] | None = None) -> None:
         chosen = clips(args.eval, english_only=name.endswith(".en"), limit=args.limit)
         data = [(c, decode_audio(str(c.file))) for c in chosen]
         audio_s = sum(len(a) for _, a in data) / 16000
-        found = systems(name, threads, args.computes, args.fw_computes, not args.no_openai)
+        found = systems(args.computes, args.fw_computes, not args.no_openai)
         scores = {}
-        for system, run in found.items():
-            s = scores[system] = score(system, run, data)
-            print(f"  {name} {system}: {s.seconds:.1f} s", file=sys.stderr, flush=True)
+        with ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as pool:
+            jobs = [pool.submit(score_system, s, name, threads, chosen) for s in found]
+            for job in jobs:  # in the table's order
+                done = job.result()
+                scores[done.system] = done
+                print(f"  {name} {done.system}: {done.seconds:.1f} s", file=sys.stderr, flush=True)
         rows = [row(s, audio_s, against_fp32(s, scores, data)) for s in scores.values()]
         title = f"{name}: {len(data)} clips, {audio_s:.1f} s of audio"
         figures[title] = rows
@@ -254,6 +286,7 @@ def main(argv: list[str] | None = None) -> None:
         "best_of": BEST_OF,
         "computes": args.computes,
         "faster-whisper computes": args.fw_computes,
+        "jobs": args.jobs,
     }
     results.write_from(args, "wer", settings, figures)
 
