@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> None:
         rows = [row(s, audio_s, against_fp32(s, scores, data)) for s in scores.values()]
         title = f"{name}: {len(data)} clips, {audio_s:.1f} s of audio"
         figures[title] = rows
-        figures[f"{name}: ratios"] = ratios(scores)
+        figures[f"{name}: ratios"] = timing = ratios(scores)
         print(f"\n{title} (threads {threads})")
         head = f"{'system':<34} {'WER %':>7} {'errors':>7} {'ref':>5} {'seconds':>8} {'RTF':>7}"
         print(f"{head} {'vs fp32':>8} {'same':>5}")
@@ -275,9 +275,9 @@ def main(argv: list[str] | None = None) -> None:
             print(
                 f"{r['system']:<34} {r['WER %']:>7.2f} {r['errors']:>7} "
                 f"{r['reference words']:>5} {r['seconds']:>8.2f} {r['RTF']:>7.3f} "
-                f"{r['words changed vs xattn fp32']:>8} {r['clips identical to xattn fp32']:>5}"
+                f"{r['words changed vs xattn fp32']!s:>8} {r['clips identical to xattn fp32']!s:>5}"
             )
-        for k, v in figures[f"{name}: ratios"].items():  # type: ignore[union-attr]
+        for k, v in timing.items():
             print(f"  {k}: {v}")
     settings = {
         "models": args.models,

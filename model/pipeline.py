@@ -222,7 +222,7 @@ def build_pipeline(ckpt: Checkpoint, device: str = "cpu", compute: str = "fp32")
     if "bf16" in compute and torch.device(device).type == "cpu" and not _cpu_has_bf16():
         log.warning("this CPU has no native bf16: %s will be slower than fp32", compute)
     if compute in APPROXIMATE:
-        log.warning("compute %s is approximate: %s", compute, APPROXIMATE[compute])
+        log.warning("compute %s: %s", compute, APPROXIMATE[compute])
     tokenizer = Tokenizer(
         ckpt.tokenizer_file,
         multilingual=ckpt.dims.is_multilingual,
