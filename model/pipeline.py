@@ -44,7 +44,7 @@ _INT8_NOTE = (
     "approximate: the encoder's layer maps in int8 (fbgemm, any x86 CPU) move word times "
     "(jfk.flac, tiny.en: one segment timestamp 0.2 s later, words within 0.04 s) and can "
     "change words (the shared evaluation set, greedy, words changed against fp32's "
-    "transcripts: tiny.en 2 of 324, base 9 of 452; faster-whisper's int8 changes 4 and 11)"
+    "transcripts: tiny.en 2 of 324, base 8 of 452; faster-whisper's int8 changes 4 and 11)"
 )
 # compute paths that are not exact, with their measured differences (GetModelInfo, --help)
 APPROXIMATE = {
