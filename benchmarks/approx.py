@@ -72,7 +72,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", default=["tiny.en", "base"])
     parser.add_argument(
-        "--computes", nargs="+", default=["bf16-encoder", "bf16-encoder+int8-logits", "int8-logits"]
+        "--computes",
+        nargs="+",
+        default=["bf16-encoder", "bf16-encoder+int8-logits", "int8-encoder", "int8-logits"],
     )
     results.add_arguments(parser)
     args = parser.parse_args(argv)

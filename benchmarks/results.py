@@ -202,6 +202,26 @@ def matmul_gflops(repeats: int, bf16: bool = True) -> dict[str, float]:
     return out
 
 
+def int8_gops(repeats: int) -> dict[str, float]:
+    """Best-of-N GOP/s (a multiply-add counts 2) of torch's dynamic-quantized int8 linear
+    (fbgemm, the int8 encoder's product: activations quantized in the call) on the encoder's
+    MLP shape (tiny.en) and a square 2048, at torch's current thread count; {} without
+    fbgemm."""
+    if "fbgemm" not in torch.backends.quantized.supported_engines:
+        return {}
+    from xattn.model.net.quantized import Int8Linear, has_vnni
+
+    out = {}
+    shapes = {"1500x384 @ 384x1536": (1500, 384, 1536), "2048 square": (2048, 2048, 2048)}
+    for name, (m, k, n) in shapes.items():
+        linear = Int8Linear(torch.nn.Linear(k, n, bias=False), reduce_range=not has_vnni())
+        x = torch.randn(m, k)  # [m, k]
+        with torch.inference_mode():
+            best = best_seconds(partial(linear, x), max(repeats, 3))
+        out[f"int8 {name}"] = 2 * m * k * n / best / 1e9
+    return out
+
+
 def memory_gbps(repeats: int) -> float:
     """Best-of-N read bandwidth: the sum of a 256 MiB fp32 tensor."""
     x = torch.ones(64 * 1024 * 1024)  # [64 Mi] fp32 = 256 MiB

@@ -7,7 +7,7 @@ closed when the model was deleted. So each implementation gets its own process, 
 stay up, and only one runs at a time: the cases are still interleaved (round robin), so drift
 on a shared machine falls on all of them alike.
 
-    with Workers({"ours": ("benchmarks.decode:our_cases", args), ...}, threads=2) as w:
+    with Workers({"ours": ("benchmarks.end_to_end:our_cases", args), ...}, threads=2) as w:
         texts = w.warm_up()
         seconds = w.round_robin(repeats=5)
 """

@@ -27,7 +27,7 @@ from xattn.model.decode.step_batcher import StepBatcher, model_work
 from xattn.model.decode.tokenizer import Tokenizer
 from xattn.model.net.dims import ModelDims
 from xattn.model.net.logits import int8_supported
-from xattn.model.net.whisper import Whisper
+from xattn.model.net.whisper import COMPUTES, Whisper
 from xattn.model.transcribe.batched import chunk_spans, transcribe_batched
 from xattn.model.transcribe.sequential import Context, Event, transcribe
 from xattn.model.transcribe.vad_filter import check_vad_options, speech_events
@@ -40,8 +40,20 @@ _BF16_NOTE = (
     "change the text (base diverged after the first sentence there; tiny.en at the 32nd token "
     "of benchmarks/approx.py's 55 s generated clip, word times off by 0.02 s on its 12 s one)"
 )
+_INT8_NOTE = (
+    "approximate: the encoder's layer maps in int8 (fbgemm, any x86 CPU) move word times "
+    "(jfk.flac, tiny.en: one segment timestamp 0.2 s later, words within 0.04 s) and can "
+    "change words (the shared evaluation set, greedy, words changed against fp32's "
+    "transcripts: tiny.en 2 of 324, base 8 of 452; faster-whisper's int8 changes 4 and 11)"
+)
 # compute paths that are not exact, with their measured differences (GetModelInfo, --help)
-APPROXIMATE = {"bf16-encoder": _BF16_NOTE, "bf16-encoder+int8-logits": _BF16_NOTE}
+APPROXIMATE = {
+    "bf16-encoder": _BF16_NOTE,
+    "bf16-encoder+int8-logits": _BF16_NOTE,
+    "int8-encoder": _INT8_NOTE,
+    "int8-encoder+int8-logits": _INT8_NOTE,
+}
+ALIASES = {"int8": "int8-encoder+int8-logits"}  # faster-whisper's compute_type name
 
 
 @dataclass(frozen=True)
@@ -169,10 +181,10 @@ class CpuCapability:
 def resolve_compute(compute: str, device: str = "cpu", cpu: CpuCapability | None = None) -> str:
     """ "auto" -> the fastest exact path here (token-identical to fp32, the same word times):
     "int8-logits" on a CPU where torch has fbgemm's int8 kernels, "fp32" elsewhere. The
-    approximate paths (APPROXIMATE) run only when asked by name, whatever bf16 the CPU has.
-    Other values pass through."""
+    approximate paths (APPROXIMATE) run only when asked by name, whatever bf16 or int8 the
+    CPU has. An alias (ALIASES) -> its compute; other values pass through."""
     if compute != "auto":
-        return compute
+        return ALIASES.get(compute, compute)
     if torch.device(device).type == "cpu" and (cpu or CpuCapability.detect()).int8:
         return "int8-logits"
     return "fp32"
@@ -180,8 +192,25 @@ def resolve_compute(compute: str, device: str = "cpu", cpu: CpuCapability | None
 
 def compute_note(compute: str) -> tuple[bool, str]:
     """Whether `compute` transcribes exactly as fp32, and what differs where it does not."""
-    note = APPROXIMATE.get(compute)
+    note = APPROXIMATE.get(ALIASES.get(compute, compute))
     return (note is None, note or "exact: the same tokens and word times as fp32")
+
+
+COMPUTE_CHOICES = (*COMPUTES, *ALIASES, "auto")  # what --compute accepts
+
+
+def compute_help() -> str:
+    """The --compute choices for a command's help, the approximate ones marked as such."""
+    return (
+        "fp32 (exact), int8-logits (exact: int8 output projection, deciding logits rescored "
+        "in fp32), bf16-encoder (APPROXIMATE: ~2.7x faster encoder where the CPU has native "
+        "bf16, AVX-512 BF16 or AMX; word times move by up to ~0.3 s and text can change), "
+        "int8-encoder (APPROXIMATE: the encoder's layer maps in int8, faster on any x86 CPU; "
+        "word times move and text can change), bf16-encoder+int8-logits and "
+        "int8-encoder+int8-logits (APPROXIMATE; int8 is the latter), or auto (the fastest "
+        "exact path here: int8-logits where fbgemm runs, else fp32); measured: "
+        "benchmarks/approx.py, benchmarks/wer.py --computes"
+    )
 
 
 def build_pipeline(ckpt: Checkpoint, device: str = "cpu", compute: str = "fp32") -> Pipeline:
@@ -194,6 +223,8 @@ def build_pipeline(ckpt: Checkpoint, device: str = "cpu", compute: str = "fp32")
         log.info("decoder step kernels on this CPU: %s", model.decoder.choose_kernels())
     if "bf16" in compute and torch.device(device).type == "cpu" and not _cpu_has_bf16():
         log.warning("this CPU has no native bf16: %s will be slower than fp32", compute)
+    if compute in APPROXIMATE:
+        log.warning("compute %s: %s", compute, APPROXIMATE[compute])
     tokenizer = Tokenizer(
         ckpt.tokenizer_file,
         multilingual=ckpt.dims.is_multilingual,
@@ -236,8 +267,8 @@ def load_pipeline(
 ) -> Pipeline:
     """Load `tiny.en`, `base`, a CTranslate2 directory or an openai-whisper `.pt` file.
 
-    compute: "fp32" (exact, the default), one of xattn.model.net.whisper.COMPUTES or "auto"
-    (resolve_compute)."""
+    compute: "fp32" (exact, the default), one of xattn.model.net.whisper.COMPUTES, an alias
+    (ALIASES) or "auto" (resolve_compute)."""
     t0 = time.perf_counter()
     pipe = build_pipeline(load_checkpoint(name_or_path), device, compute)
     seconds = time.perf_counter() - t0

@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from xattn.model.net.whisper import COMPUTES
+from xattn.model.pipeline import COMPUTE_CHOICES, compute_help
 from xattn.service import logs
 from xattn.service.engine.tokens import SecurityConfigError, read_tokens
 from xattn.service.server import LIVE_MAX_SECONDS, ServerConfig, serve
@@ -67,16 +67,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         f"(env XATTN_MODEL, comma-separated; default {DEFAULTS.model})",
     )
     flag("device", str, DEFAULTS.device, "torch device")
-    flag(
-        "compute",
-        str,
-        DEFAULTS.compute,
-        "fp32 (exact), int8-logits (exact: int8 output projection, deciding logits rescored "
-        "in fp32), bf16-encoder (APPROXIMATE: 2.8x faster encoder where the CPU has native "
-        "bf16; word times move by up to ~0.3 s and text can change, benchmarks/approx.py), "
-        "bf16-encoder+int8-logits (APPROXIMATE), or auto (the fastest exact path here: "
-        "int8-logits where fbgemm runs, else fp32)",
-    )
+    flag("compute", str, DEFAULTS.compute, compute_help())
     flag(
         "workers",
         int,
@@ -184,8 +175,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--http-port must be in 0..65535")
     if args.max_message_mb <= 0:
         parser.error("--max-message-mb must be > 0")
-    if args.compute not in (*COMPUTES, "auto"):
-        parser.error(f"--compute must be one of {', '.join(COMPUTES)}, auto")
+    if args.compute not in COMPUTE_CHOICES:
+        parser.error(f"--compute must be one of {', '.join(COMPUTE_CHOICES)}")
     if args.decode_processes < 0:
         parser.error("--decode-processes must be >= 0")
     if args.live_idle_timeout <= 0 or (args.live_max_seconds or 1) <= 0 or args.live_workers < 1:

@@ -10,9 +10,10 @@ keys the explicit product is faster on a CPU than the fused SDPA kernel).
 
 Compute (`Whisper.set_compute`): "fp32" computes as openai-whisper does; "bf16-encoder" runs
 the encoder under bf16 autocast (its matmuls and convolutions; ~2.7x faster on a CPU with
-AVX-512 BF16) and hands the decoder fp32 features, so the decoder and its attention rows are
-computed exactly as in fp32; "int8-logits" reads the output projection of greedy steps in
-int8 and rescores the deciding logits in fp32 (net.logits); "bf16-encoder+int8-logits" both.
+AVX-512 BF16) and "int8-encoder" its layer maps in int8 (net.quantized; fbgemm, any x86 CPU);
+both hand the decoder fp32 features, so the decoder and its attention rows are computed
+as in fp32 from them; "int8-logits" reads the output projection of greedy steps in int8 and
+rescores the deciding logits in fp32 (net.logits); "...+int8-logits" an encoder's and that.
 """
 
 from __future__ import annotations
@@ -35,14 +36,18 @@ from xattn.model.net.linear import (
     logits,
     step_copies,
 )
-from xattn.model.net.logits import Int8Logits
+from xattn.model.net.logits import Int8Logits, int8_supported
+from xattn.model.net.quantized import int8_blocks
 
-# compute -> (the encoder's autocast dtype, int8 output projection for greedy steps)
+# compute -> (the encoder's precision: AudioEncoder.PRECISIONS, int8 output projection for
+# greedy steps)
 COMPUTES = {
-    "fp32": (None, False),
-    "bf16-encoder": (torch.bfloat16, False),
-    "int8-logits": (None, True),
-    "bf16-encoder+int8-logits": (torch.bfloat16, True),
+    "fp32": ("fp32", False),
+    "bf16-encoder": ("bf16", False),
+    "int8-encoder": ("int8", False),
+    "int8-logits": ("fp32", True),
+    "bf16-encoder+int8-logits": ("bf16", True),
+    "int8-encoder+int8-logits": ("int8", True),
 }
 
 
@@ -207,13 +212,36 @@ class AudioEncoder(nn.Module):
         self.blocks = nn.ModuleList(ResidualAttentionBlock(n_state, n_head) for _ in range(n_layer))
         self.ln_post = nn.LayerNorm(n_state)
 
-    autocast: torch.dtype | None = None  # run under autocast to this dtype (None: as stored)
+    # "fp32" as stored; "bf16": under bf16 autocast; "int8": the layer maps in int8
+    PRECISIONS = ("fp32", "bf16", "int8")
+    precision = "fp32"  # the default of forward (Whisper.set_compute)
+    _int8: list[nn.Module] | None = None  # the blocks with int8 maps (net.quantized)
 
-    def forward(self, mel: Tensor) -> Tensor:
+    def use(self, precision: str) -> None:
+        """Make `precision` the default, preparing what it runs on (int8: the quantized maps,
+        once; CPU only). Call it after loading the weights and moving the model."""
+        if precision not in self.PRECISIONS:
+            raise ValueError(f"unknown precision {precision!r} (one of {self.PRECISIONS})")
+        if precision == "int8":
+            self.int8_blocks()
+        self.precision = precision
+
+    def int8_blocks(self) -> list[nn.Module]:
+        if self._int8 is None:
+            if self.positional_embedding.device.type != "cpu":
+                raise ValueError("the int8 encoder runs on the CPU only (fbgemm kernels)")
+            self._int8 = int8_blocks(self.blocks)
+        return self._int8
+
+    def forward(self, mel: Tensor, precision: str | None = None) -> Tensor:
+        """Features [B, 1500, d] (fp32) of mel [B, n_mels, 3000], at `precision` (one of
+        PRECISIONS; default: self.precision)."""
+        precision = precision or self.precision
         dtype = mel.dtype
         context = contextlib.nullcontext()
-        if self.autocast is not None:
-            context = torch.autocast(mel.device.type, dtype=self.autocast)
+        if precision == "bf16":
+            context = torch.autocast(mel.device.type, dtype=torch.bfloat16)
+        blocks = self.int8_blocks() if precision == "int8" else self.blocks
         with context:
             x = F.gelu(self.conv1(mel))  # [B, d, 3000]
             x = F.gelu(self.conv2(x))  # [B, d, 1500]
@@ -221,7 +249,7 @@ class AudioEncoder(nn.Module):
             # strides, and every LayerNorm copies it (~12 ms, 3 % of a tiny.en window)
             x = x.transpose(1, 2).contiguous()  # [B, 1500, d]
             x = x + self.positional_embedding.to(x.dtype)  # [B, 1500, d]
-            for block in self.blocks:
+            for block in blocks:
                 x, _ = block(x)
             return self.ln_post(x).to(dtype)  # [B, 1500, d]
 
@@ -328,10 +356,12 @@ class Whisper(nn.Module):
         """One of COMPUTES (see the module's docstring); call it after loading the weights."""
         if compute not in COMPUTES:
             raise ValueError(f"unknown compute {compute!r} (one of {', '.join(COMPUTES)})")
-        autocast, int8 = COMPUTES[compute]
-        if int8 and self.device.type != "cpu":
+        precision, int8 = COMPUTES[compute]
+        if (int8 or precision == "int8") and self.device.type != "cpu":
             raise ValueError(f"{compute} runs on the CPU only (fbgemm kernels)")
-        self.encoder.autocast = autocast
+        if precision == "int8" and not int8_supported():
+            raise ValueError(f"{compute} needs fbgemm's int8 kernels (an x86 CPU)")
+        self.encoder.use(precision)
         d = self.decoder
         d.int8_logits = Int8Logits(d.token_embedding.weight, d.ln) if int8 else None
 
