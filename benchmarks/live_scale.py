@@ -144,7 +144,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     results.add_arguments(parser)
     args = parser.parse_args(argv)
     full = {"levels": [1, 2, 4, 8, 16], "seconds": 60.0, "peer_levels": [1, 4, 8]}
-    quick = {"levels": [1, 2], "seconds": 6.0, "peer_levels": [1]}
+    quick = {"levels": [1, 2], "seconds": 4.0, "peer_levels": [1]}
     for key, value in (quick if args.quick else full).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
