@@ -157,7 +157,8 @@ async def _wlk(port: int, pcm: bytes, language: str) -> Stream:
     done = Committed()
     text = ""
     step = int(CHUNK_SECONDS * RATE) * 2
-    async with connect(f"ws://127.0.0.1:{port}/asr?language={language}", max_size=None) as ws:
+    url = f"ws://127.0.0.1:{port}/asr?language={language}"
+    async with connect(url, max_size=None, open_timeout=60, ping_interval=None) as ws:
         start = time.monotonic()
 
         async def send() -> None:

@@ -103,7 +103,7 @@ async def _realtime(port: int, pcm24: bytes) -> Stream:
     words: list[list[Any]] = []
     texts: list[str] = []
     step = int(CHUNK_SECONDS * REALTIME_RATE) * 2
-    async with connect(url, max_size=None, open_timeout=60) as ws:
+    async with connect(url, max_size=None, open_timeout=60, ping_interval=None) as ws:
         update = {"type": "transcription", "audio": {"input": {"turn_detection": None}}}
         await ws.send(json.dumps({"type": "session.update", "session": update}))
         while json.loads(await ws.recv())["type"] != "session.updated":
