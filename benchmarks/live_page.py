@@ -27,7 +27,7 @@ and Debian's Chromium, whose fake microphone plays the clip (repeated `--repeat`
 - Then, at 1 tab, one page and one gRPC-only stream (as the bridge asks) at the same time:
   the same load for both (the other levels run one after the other, and on a busy host the
   load differs between them).
-Words are matched to the reference by text and end time (benchmarks.streaming's
+Words are matched to the reference by text and end time (benchmarks.live_match.s
 `matched_delays`). Timings on a shared, busy host vary by the decode steps' length: say so
 with them.
 """
@@ -53,14 +53,8 @@ import soundfile
 from websockets.sync.client import connect as ws_connect
 
 from benchmarks import results
-from benchmarks.streaming import (
-    DEFAULT_CLIP,
-    Run,
-    matched_delays,
-    norm,
-    one_stream,
-    reference_words,
-)
+from benchmarks.live_match import matched_delays, norm
+from benchmarks.streaming import DEFAULT_CLIP, Run, one_stream, reference_words
 from xattn.clients.streaming import CHUNK_SECONDS, Pacer, read_pcm16
 from xattn.model.pipeline import load_pipeline
 from xattn.service.background import BackgroundServer

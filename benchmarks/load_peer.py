@@ -46,26 +46,33 @@ MODEL = "tiny.en"  # the peer's name for its one model (form field model_name)
 PINNED = ("faster-whisper", "ctranslate2")  # at the project's versions, when it has them
 
 
-def _installed(python: Path) -> bool:
-    probe = [str(python), "-c", "import faster_whisper_server, faster_whisper"]
+def _installed(python: Path, modules: tuple[str, ...]) -> bool:
+    probe = [str(python), "-c", f"import {', '.join(modules)}"]
     return python.is_file() and subprocess.run(probe, capture_output=True).returncode == 0
 
 
-def peer_python(venv: Path = VENV, timeout: float = 1200.0) -> tuple[Path | None, str]:
-    """The peer venv's python, creating the venv and installing the peer first if needed;
-    (None, why) when that fails."""
+def peer_python(
+    venv: Path = VENV,
+    timeout: float = 1200.0,
+    package: str = PACKAGE,
+    modules: tuple[str, ...] = ("faster_whisper_server", "faster_whisper"),
+    pinned: tuple[str, ...] = PINNED,
+) -> tuple[Path | None, str]:
+    """The peer venv's python, creating the venv and installing `package` first if needed
+    (`pinned`: at the project's versions, where it has them) until `modules` import; (None,
+    why) when that fails."""
     python = venv / "bin" / "python"
-    if _installed(python):
-        return python, f"{PACKAGE} in {venv}"
+    if _installed(python, modules):
+        return python, f"{package} in {venv}"
     pins = []
-    for name in PINNED:
+    for name in pinned:
         try:
             pins.append(f"{name}=={metadata.version(name)}")
         except metadata.PackageNotFoundError:
             pass
     steps = [
         [sys.executable, "-m", "venv", "--clear", str(venv)],
-        [str(python), "-m", "pip", "install", "-q", PACKAGE, *pins],
+        [str(python), "-m", "pip", "install", "-q", package, *pins],
     ]
     log.info("installing the peer: %s", " ".join(steps[1][3:]))
     for step in steps:
@@ -76,9 +83,9 @@ def peer_python(venv: Path = VENV, timeout: float = 1200.0) -> tuple[Path | None
         if out.returncode != 0:
             tail = (out.stderr or out.stdout).strip().splitlines()[-3:]
             return None, f"{' '.join(step[:4])} failed: {' / '.join(tail)}"
-    if not _installed(python):
-        return None, f"{PACKAGE} installed in {venv} but does not import"
-    return python, f"{PACKAGE} in {venv} (installed now)"
+    if not _installed(python, modules):
+        return None, f"{package} installed in {venv} but does not import"
+    return python, f"{package} in {venv} (installed now)"
 
 
 def peer_config(model_dir: Path, beam: int, threads: int) -> dict:

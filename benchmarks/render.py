@@ -1,14 +1,15 @@
 """Render docs/benchmarks.md from the newest result file of each benchmark.
 
-    python -m benchmarks.render            # rewrite docs/benchmarks.md (and README's table)
+    python -m benchmarks.render            # rewrite docs/benchmarks.md (README's, live.md's tables)
     python -m benchmarks.render --check    # exit 1 if either is out of date
 
 One section per benchmark (benchmarks/results/<name>/, its newest <UTC time>.json), with the
 command that produced it, when, the commit, the settings and one table per figure group; the
 machine is stated once at the top (and a section names what differs where a run came from
 another machine). README.md's one results table (the newest decode run, end to end) is
-written between its BEGIN and END marker lines, when it has them. tests/test_docs.py checks
-that both equal what this renders.
+written between its BEGIN and END marker lines, when it has them, and docs/live.md's (the newest
+live_scale run's levels) between LIVE_BEGIN and LIVE_END. tests/test_docs.py checks that all
+equal what this renders.
 """
 
 from __future__ import annotations
@@ -26,11 +27,20 @@ README = ROOT / "README.md"
 # README.md's results table lives between these two lines (when README has them).
 BEGIN = "<!-- results: begin (python -m benchmarks.render writes this table) -->"
 END = "<!-- results: end -->"
+# docs/live.md's measured table (the newest live_scale run) lives between these two lines.
+LIVE = ROOT / "docs" / "live.md"
+LIVE_BEGIN = "<!-- live_scale: begin (python -m benchmarks.render writes this table) -->"
+LIVE_END = "<!-- live_scale: end -->"
+LIVE_COLUMNS = (
+    "door", "streams", "lag median s", "lag p90 s", "WER live (S/D/I of words)",
+    "WER offline default", "never committed", "refusals", "compute s per audio s",
+    "encoder floor s per audio s", "peak RSS MB",
+)  # fmt: skip
 END_TO_END = "end to end: file bytes -> text"
 AGAINST_INT8 = "against faster-whisper int8: seconds over its seconds, plain text"  # end_to_end
 # The sections come in this order; other benchmarks follow alphabetically.
 ORDER = ("decode", "service", "longform", "longform_vad", "streaming", "startup", "wer", "scale")
-ORDER += ("live_page", "http_api", "load", "soak")
+ORDER += ("live_page", "http_api", "load", "live_scale", "soak")
 TITLES = {
     "decode": "Decoding in one process: ceilings, encoder, decoder step, end to end",
     "service": "Through the server: gRPC overhead and load",
@@ -43,6 +53,7 @@ TITLES = {
     "live_page": "The live page: word commit delay, page, bridge and gRPC alone",
     "http_api": "OpenAI's API over HTTP against gRPC: unary and first delta",
     "load": "Load: concurrent clients over gRPC and HTTP, beside faster-whisper-server",
+    "live_scale": "Many live streams: gRPC and Realtime, beside WhisperLiveKit",
     "soak": "Soak: mixed traffic for a while",
     "metrics": "What watching costs: metrics and traces against neither",
 }
@@ -216,13 +227,48 @@ def summary(files: Mapping[str, Path]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def splice(text: str, block: str) -> str | None:
-    """`text` with what lies between BEGIN and END replaced by `block`; None without them."""
-    if BEGIN not in text or END not in text:
+def live_summary(files: Mapping[str, Path]) -> str:
+    """docs/live.md's table: the newest live_scale run's levels, its conditions and command."""
+    run = load(files["live_scale"]) if "live_scale" in files else None
+    rows = run.figures.get("live streams at real time") if run is not None else None
+    if run is None or not rows:
+        return "No results yet: run `python -m benchmarks.live_scale`.\n"
+    m, st = run.machine, run.settings
+    lines = [
+        f"{st.get('model')}, {st.get('audio a stream s')} s of real speech a stream at real "
+        f"time; {m.cpu}, {m.cores} cores, load average {st.get('load average at the start')} "
+        f"at the start (a shared host: read the levels against each other); "
+        f"{run.timestamp[:10]}, `{run.command}`. WER: % (substitutions/deletions/insertions "
+        "of the references' words); all columns: [benchmarks.md](benchmarks.md).",
+        "",
+    ]
+    lines += table(list(LIVE_COLUMNS), ([r.get(c) for c in LIVE_COLUMNS] for r in rows))
+    return "\n".join(lines) + "\n"
+
+
+def splice(text: str, block: str, begin: str = BEGIN, end: str = END) -> str | None:
+    """`text` with what lies between `begin` and `end` replaced by `block`; None without
+    them."""
+    if begin not in text or end not in text:
         return None
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{BEGIN}\n{block}{END}{tail}"
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{block}{end}{tail}"
+
+
+def pages(files: Mapping[str, Path], page: Path = PAGE, readme: Path = README) -> dict[Path, str]:
+    """Every generated page's text: docs/benchmarks.md, and README's and docs/live.md's
+    marked blocks where those files have their markers."""
+    out = {page: render(files)}
+    for path, block, begin, end in (
+        (readme, summary(files), BEGIN, END),
+        (LIVE, live_summary(files), LIVE_BEGIN, LIVE_END),
+    ):
+        if path.is_file():
+            spliced = splice(path.read_text(), block, begin, end)
+            if spliced is not None:
+                out[path] = spliced
+    return out
 
 
 def anchor(title: str) -> str:
@@ -239,18 +285,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if a page is stale")
     args = parser.parse_args(argv)
     files = latest(args.results)
-    pages = {args.out: render(files)}
-    if args.readme.is_file():
-        spliced = splice(args.readme.read_text(), summary(files))
-        if spliced is not None:
-            pages[args.readme] = spliced
-    stale = [p for p, text in pages.items() if not p.is_file() or p.read_text() != text]
+    texts = pages(files, args.out, args.readme)
+    stale = [p for p, text in texts.items() if not p.is_file() or p.read_text() != text]
     if args.check:
         for p in stale:
             print(f"{p} is out of date: python -m benchmarks.render", file=sys.stderr)
         return 1 if stale else 0
     for p in stale:
-        p.write_text(pages[p])
+        p.write_text(texts[p])
     return 0
 
 

@@ -6,9 +6,9 @@
 A real server (tiny.en, in this process) and real channels. The clip (repeated `--repeat`
 times with 1 s of silence between) is sent as 100 ms int16 chunks at `--speed` x real time.
 
-- Reference end times: one Transcribe of the same audio with word timestamps. A final word
-  matches the next reference word of the same text (normalised) whose end lies within 1 s of
-  its own (`matched_delays`).
+- Reference end times: one Transcribe of the same audio with word timestamps. Final words
+  pair with reference words of the same text (normalised) whose end lies within 1 s of
+  their own, in order (benchmarks.live_match.matched_delays).
 - Commit delay of a word: (wall time from the stream's start to its final's arrival) x
   speed - the word's reference end. Median and p90 (targets: <= 1.5 s and <= 2.5 s).
 - Compute per audio second: this process's CPU seconds (server and client, all threads)
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import results
+from benchmarks.live_match import matched_delays, norm
 from xattn.clients.api import connect
 from xattn.clients.streaming import (
     CHUNK_SECONDS,
@@ -61,10 +61,6 @@ class Run:
     first_interim: float | None  # audio clock of the first interim result
 
 
-def norm(word: str) -> str:
-    return re.sub(r"[^\w']", "", word.lower())
-
-
 def reference_words(address: str, pcm: bytes) -> list[tuple[str, float]]:
     """(word, end) of an offline Transcribe of the same PCM, greedy, with word timestamps."""
     with connect(address) as client:
@@ -77,6 +73,33 @@ def reference_words(address: str, pcm: bytes) -> list[tuple[str, float]]:
     return [(w.word, w.end) for s in response.transcript.segments for w in s.words]
 
 
+def stream_finals(
+    address: str,
+    pcm: bytes,
+    speed: float,
+    config: pb.StreamingRecognitionConfig,
+    chunk_seconds: float = CHUNK_SECONDS,
+) -> tuple[list[LiveResult], float | None, LiveDone]:
+    """One live stream of `pcm` at `speed` x real time: its finals, the audio clock of its
+    first interim result (None: none came) and its done."""
+    finals: list[LiveResult] = []
+    first_interim = None
+    done = None
+    with connect(address) as client:
+        events = stream_pcm(client, pcm, speed, config, chunk_seconds=chunk_seconds)
+        for event in events:
+            if isinstance(event, LiveDone):
+                done = event
+            elif not isinstance(event, LiveResult):
+                continue  # a speech event (vad)
+            elif event.is_final:
+                finals.append(event)
+            elif first_interim is None:
+                first_interim = event.arrived * speed
+    assert done is not None
+    return finals, first_interim, done
+
+
 def one_stream(
     address: str,
     pcm: bytes,
@@ -86,41 +109,11 @@ def one_stream(
     alignment: str = "mean",
     chunk_seconds: float = CHUNK_SECONDS,
 ) -> Run:
-    finals: list[LiveResult] = []
-    first_interim = None
-    done = None
-    with connect(address) as client:
-        config = live_config(interim=True, commit_margin=margin, alignment=alignment)
-        events = stream_pcm(client, pcm, speed, config, chunk_seconds=chunk_seconds)
-        for event in events:
-            if isinstance(event, LiveDone):
-                done = event
-            elif event.is_final:
-                finals.append(event)
-            elif first_interim is None:
-                first_interim = event.arrived * speed
-    assert done is not None
+    config = live_config(interim=True, commit_margin=margin, alignment=alignment)
+    finals, first_interim, done = stream_finals(address, pcm, speed, config, chunk_seconds)
     live = [(norm(w.word), w.end, r.arrived * speed) for r in finals for w in r.words]
     delays = matched_delays(ref, live)
     return Run(delays, len(delays), len(ref), done, first_interim)
-
-
-def matched_delays(
-    ref: list[tuple[str, float]], live: list[tuple[str, float, float]], within: float = 1.0
-) -> list[float]:
-    """Arrival - reference end for each live word (normalised text, its end, its arrival on
-    the audio clock) that matches a reference word (text, end) in order: the next reference
-    word of the same text whose end lies `within` seconds of the live word's. The times keep
-    a repeated clip's words apart, where matching by text alone may pair a word with the
-    same word of another repetition and count the repetition's length as delay."""
-    delays, j, said = [], 0, [norm(w) for w, _ in ref]
-    for word, end, arrived in live:
-        for m in range(j, len(ref)):
-            if said[m] == word and abs(ref[m][1] - end) <= within:
-                delays.append(arrived - ref[m][1])
-                j = m + 1
-                break
-    return delays
 
 
 def summary(

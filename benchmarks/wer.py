@@ -86,15 +86,24 @@ def normalise(text: str, language: str) -> str:
     return out.replace(" ", "") if language in CHARACTER_LANGUAGES else out
 
 
-def errors(reference: str, hypothesis: str, language: str) -> tuple[int, int]:
-    """(errors, reference length) in words, or characters for CHARACTER_LANGUAGES."""
+def counts(reference: str, hypothesis: str, language: str) -> tuple[int, int, int, int]:
+    """(substitutions, deletions, insertions, reference length) in words, or characters for
+    CHARACTER_LANGUAGES, after `normalise`."""
     ref, hyp = normalise(reference, language), normalise(hypothesis, language)
+    if not ref:
+        return 0, 0, len(hyp.split()), 0
     if language in CHARACTER_LANGUAGES:
         out = jiwer.process_characters(ref, hyp)
     else:
         out = jiwer.process_words(ref, hyp)
     n = out.substitutions + out.deletions + out.hits
-    return out.substitutions + out.deletions + out.insertions, n
+    return out.substitutions, out.deletions, out.insertions, n
+
+
+def errors(reference: str, hypothesis: str, language: str) -> tuple[int, int]:
+    """(errors, reference length) in words, or characters for CHARACTER_LANGUAGES."""
+    s, d, i, n = counts(reference, hypothesis, language)
+    return s + d + i, n
 
 
 def faster_whisper_dir(name: str) -> Path:

@@ -266,7 +266,7 @@ def test_live_words_match_the_reference_word_of_their_own_repetition() -> None:
     "your": each final word pairs with the reference word of the same text ending within 1 s
     of its own end, never with the other repetition's (matching by text alone once paired
     jfk x 3's words with the previous repetition's in benchmarks.streaming: 12.8 s read)."""
-    from benchmarks.streaming import matched_delays
+    from benchmarks.live_match import matched_delays
 
     said = [("ask", 1.0), ("not", 1.5), ("your", 2.0), ("country.", 2.5)]
     ref = said + [(w, end + 10.0) for w, end in said]
