@@ -32,6 +32,7 @@ class BackgroundServer:
             raise
         self.address = f"{config.host}:{self.server.port}"
         self.http_address = f"{config.http_host or config.host}:{self.server.http_port}"
+        self.wyoming_address = f"{config.host}:{self.server.wyoming_port}"
 
     @property
     def engine(self) -> Engine:
