@@ -26,6 +26,7 @@ logged as a hang-up (INFO mid-command, else DEBUG), and its command stops.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 from dataclasses import dataclass, field
@@ -201,6 +202,8 @@ class WyomingHandler(AsyncEventHandler):
         except Exception as e:  # the command ends; the connection goes on
             log.debug("wyoming %s: %s: %s", self.peer, event.type, e)
             self._end_command()
+            if AudioStart.is_type(event.type) or AudioChunk.is_type(event.type):
+                self.discarding = True  # its audio, up to its audio-stop, is dropped
             await self._report(e)
         return not (self.draining and not self.busy)
 
@@ -234,7 +237,9 @@ class WyomingHandler(AsyncEventHandler):
             fmt = pcm_format(data.get("rate"), data.get("width"), data.get("channels"))
             request, self.request = self.request or request_of(self.engine, None), None
             if self.settings.streaming:
-                live = self.settings.live
+                # this loop keeps the deadline between events; the stream's own comes later
+                idle = 2 * self.settings.idle_timeout
+                live = dataclasses.replace(self.settings.live, idle_timeout=idle)
                 self.command = StreamedCommand(
                     self.engine, live, request, fmt, self.write_event, self._command_failed
                 )
