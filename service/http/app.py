@@ -116,7 +116,8 @@ class Api:
 
     # --- auth ---
     def _authorized(self, headers: Headers) -> bool:
-        """No tokens configured, or `Authorization: Bearer <one of them>` (service.engine.tokens)."""
+        """No tokens configured, or `Authorization: Bearer <one of them>`
+        (service.engine.tokens)."""
         return not self._auth.tokens or self._auth.accepts(headers.items())
 
     def _check_auth(self, request: Request) -> None:
