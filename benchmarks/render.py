@@ -4,11 +4,12 @@
     python -m benchmarks.render --check    # exit 1 if either is out of date
 
 One section per benchmark (benchmarks/results/<name>/, its newest <UTC time>.json), with the
-command that produced it, when, the commit, the settings and one table per figure group; the
-machine is stated once at the top (and a section names what differs where a run came from
-another machine). README.md's one results table (the newest decode run, end to end) is
-written between its BEGIN and END marker lines, when it has them. tests/test_docs.py checks
-that both equal what this renders.
+command that produced it, when, the commit, the settings (but those named _...: raw data) and
+one table per figure group; the machine is stated once at the top (and a section names what
+differs where a run came from another machine). README.md's one results table (the newest
+decode run, end to end) is written between its BEGIN and END marker lines, when it has them,
+and docs/home-assistant.md's table of the newest Wyoming run between its own.
+tests/test_docs.py checks that all three equal what this renders.
 """
 
 from __future__ import annotations
@@ -26,10 +27,14 @@ README = ROOT / "README.md"
 # README.md's results table lives between these two lines (when README has them).
 BEGIN = "<!-- results: begin (python -m benchmarks.render writes this table) -->"
 END = "<!-- results: end -->"
+# docs/home-assistant.md's table of the newest Wyoming run lives between these two.
+HOME_ASSISTANT = ROOT / "docs" / "home-assistant.md"
+WYOMING_BEGIN = "<!-- wyoming: begin (python -m benchmarks.render writes this table) -->"
+WYOMING_END = "<!-- wyoming: end -->"
 END_TO_END = "end to end: file bytes -> text"
 # The sections come in this order; other benchmarks follow alphabetically.
 ORDER = ("decode", "service", "longform", "longform_vad", "streaming", "startup", "wer", "scale")
-ORDER += ("live_page", "http_api", "load", "soak")
+ORDER += ("live_page", "http_api", "load", "soak", "wyoming")
 TITLES = {
     "decode": "Decoding in one process: ceilings, encoder, decoder step, end to end",
     "service": "Through the server: gRPC overhead and load",
@@ -43,6 +48,7 @@ TITLES = {
     "http_api": "OpenAI's API over HTTP against gRPC: unary and first delta",
     "load": "Load: concurrent clients over gRPC and HTTP, beside faster-whisper-server",
     "soak": "Soak: mixed traffic for a while",
+    "wyoming": "Wyoming (Home Assistant): audio-stop to transcript, beside wyoming-faster-whisper",
 }
 
 
@@ -131,8 +137,9 @@ def section(name: str, run: Run, path: Path, reference: Run) -> list[str]:
             f"Ceilings in this run, {c.threads} threads: fp32 matmul {c.fp32_gflops:g} GFLOP/s, "
             f"memory read {c.memory_gbps:g} GB/s.",
         ]
-    if run.settings:
-        lines += ["", "Settings: " + ", ".join(f"{k} {cell(v)}" for k, v in run.settings.items())]
+    settings = {k: v for k, v in run.settings.items() if not k.startswith("_")}  # _: raw data
+    if settings:
+        lines += ["", "Settings: " + ", ".join(f"{k} {cell(v)}" for k, v in settings.items())]
     for title, value in run.figures.items():
         lines += ["", *figure(title, value)]
     return lines + [""]
@@ -207,13 +214,38 @@ def summary(files: Mapping[str, Path]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def splice(text: str, block: str) -> str | None:
-    """`text` with what lies between BEGIN and END replaced by `block`; None without them."""
-    if BEGIN not in text or END not in text:
+def wyoming_summary(files: Mapping[str, Path]) -> str:
+    """docs/home-assistant.md's table: the newest Wyoming run at real-time feed, its goals
+    and its conditions."""
+    run = load(files["wyoming"]) if "wyoming" in files else None
+    if run is None:
+        return "No results yet: run `python -m benchmarks.wyoming`.\n"
+    st = run.settings
+    loads = st.get("load average before"), st.get("load average after")
+    lines = [
+        f"{run.timestamp[:10]}, `{run.command}`; {run.machine.cpu}, {st.get('threads')} CPU "
+        f"threads each; load average {loads[0]} before, {loads[1]} after (1, 5, 15 min); "
+        f"{len(st.get('samples', []))} commands and sentences, each followed by "
+        f"{st.get('trailing silence s')} s of silence:",
+        "",
+    ]
+    for title in ("per server, model and feed", "goals at real time"):
+        if run.figures.get(title):
+            lines += [*figure(title, run.figures[title]), ""]
+    lines += [
+        "Every figure: [docs/benchmarks.md](benchmarks.md#" + anchor(TITLES["wyoming"]) + ")."
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def splice(text: str, block: str, begin: str = BEGIN, end: str = END) -> str | None:
+    """`text` with what lies between `begin` and `end` replaced by `block`; None without
+    them."""
+    if begin not in text or end not in text:
         return None
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{BEGIN}\n{block}{END}{tail}"
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{block}{end}{tail}"
 
 
 def anchor(title: str) -> str:
@@ -235,6 +267,11 @@ def main(argv: list[str] | None = None) -> int:
         spliced = splice(args.readme.read_text(), summary(files))
         if spliced is not None:
             pages[args.readme] = spliced
+    if HOME_ASSISTANT.is_file():
+        text, block = HOME_ASSISTANT.read_text(), wyoming_summary(files)
+        spliced = splice(text, block, WYOMING_BEGIN, WYOMING_END)
+        if spliced is not None:
+            pages[HOME_ASSISTANT] = spliced
     stale = [p for p, text in pages.items() if not p.is_file() or p.read_text() != text]
     if args.check:
         for p in stale:

@@ -187,6 +187,10 @@ def test_benchmarks_page_is_current() -> None:
     readme = render.README.read_text()
     spliced = render.splice(readme, render.summary(files))
     assert spliced is None or spliced == readme, stale
+    home = render.HOME_ASSISTANT.read_text()  # the Wyoming table
+    block = render.wyoming_summary(files)
+    spliced = render.splice(home, block, render.WYOMING_BEGIN, render.WYOMING_END)
+    assert spliced == home, stale
 
 
 def test_splice_replaces_only_the_marked_block() -> None:
