@@ -47,6 +47,7 @@ def bg() -> Iterator[BackgroundServer]:
         max_queue=2,
         live_idle_timeout=IDLE,
         live_max_seconds=3.0,
+        max_message_mb=0.25,  # a batch command's PCM: what one Transcribe may carry
     )
     with BackgroundServer(config, pipeline("tiny.en")) as server:
         yield server
@@ -213,6 +214,20 @@ def in_flight(bg: BackgroundServer, n: int) -> None:
             await asyncio.sleep(0.02)
 
     bg.call(asyncio.wait_for(wait(), TIMEOUT))
+
+
+def test_a_batch_command_over_a_transcribe_message_is_audio_too_long(
+    bg: BackgroundServer,
+) -> None:
+    """1 s of 48 kHz 32-bit stereo (384 KB): under the 3 s limit, over the 0.25 MiB a
+    Transcribe may carry here."""
+    server = face(bg, streaming=False)
+    try:
+        answer = asyncio.run(command(server.port, bytes(384000), 48000, 4, 2, streamed=False))
+    finally:
+        bg.call(server.stop())
+    assert codes(answer.events) == ["audio_too_long"]
+    assert "MiB of PCM" in answer.events[0].data["text"]
 
 
 def slot_free(bg: BackgroundServer) -> None:

@@ -86,10 +86,12 @@ def request_of(engine: Engine, transcribe: Transcribe | None) -> Request:
 
 
 class BatchCommand:
-    """The audio kept until audio-stop, then one Transcribe."""
+    """The audio kept until audio-stop, then one Transcribe: at most `max_seconds`, and at
+    most the PCM one Transcribe message may carry (the engine's receive limit)."""
 
     def __init__(self, engine: Engine, request: Request, fmt: PcmFormat, max_seconds: float):
         self.engine, self.request, self.fmt, self.max_seconds = engine, request, fmt, max_seconds
+        self.max_bytes = engine.limits.max_receive_message_bytes or None
         self._parts: list[bytes] = []
         self.received = 0  # bytes
 
@@ -103,6 +105,12 @@ class BatchCommand:
         if self.seconds > self.max_seconds:
             raise AudioTooLongError(
                 f"command too long: over {self.max_seconds:g} s of audio (the server's limit)"
+            )
+        if self.max_bytes is not None and self.received > self.max_bytes:
+            raise AudioTooLongError(
+                f"command too long: over {self.max_bytes / 2**20:.3g} MiB of PCM, what one "
+                "Transcribe may carry (the server's --max-message-mb); send a lower rate, "
+                "width or fewer channels"
             )
         self._parts.append(data)
 
