@@ -9,6 +9,8 @@ The corpus (benchmarks.wyoming_setup): 12 voice commands spoken by espeak-ng and
 clips of ../shared/eval up to 12 s, 16 kHz 16-bit mono, each followed by `--trailing` seconds
 of silence before audio-stop (a satellite's voice activity detection ends a command so).
 
+Every server is started first and each sample goes to each server in turn, so that the load
+of a busy machine falls on all of them alike (idle servers cost nothing meanwhile).
 Our client (the `wyoming` library's AsyncTcpClient, reading while it sends) feeds each
 command at real time (1024-sample chunks on a schedule, as a satellite streams the
 microphone) and as fast as the socket takes it, and measures:
@@ -239,25 +241,26 @@ def main(argv: list[str] | None = None) -> None:
     measurements: list[Measurement] = []
     bench: dict[str, dict] = {}
     started: dict[str, Process] = {}
+    plan = []  # (label, model, port): every server up at once, each sample to each in turn
     try:
         for label, model, factory in servers(args.models, args.threads, args.servers):
             key = label if label.startswith("xattn") else f"{label} {model}"
             if key not in started:
-                for other in started.values():
-                    other.stop()
-                started.clear()
                 print(f"starting {key}")
                 started[key] = factory().start()  # type: ignore[operator]
             port = started[key].port
             asyncio.run(measure(port, label, model, samples[0], False, args.trailing))  # warm-up
-            for feed in args.feeds:
-                for sample in samples:
+            plan.append((label, model, port))
+        for feed in args.feeds:
+            for sample in samples:
+                for label, model, port in plan:
                     m = asyncio.run(
                         measure(port, label, model, sample, feed == "real time", args.trailing)
                     )
                     measurements.append(m)
                     print(f"{label:32} {model:8} {feed:9} {sample.id:12} stop={m.stop} "
                           f"first={m.first_partial} {m.failure or m.text!r}")  # fmt: skip
+        for label, model, port in plan:
             if args.bench and model == args.models[0]:
                 bench[label] = wyoming_bench(port, folder, model)
                 print(json.dumps(bench[label]["modes"]))
