@@ -269,8 +269,9 @@ def test_a_hang_up_before_the_transcript_cancels_the_transcription(
     async def run() -> None:
         client = await connect(server.port)
         await client.write_event(AudioStart(16000, 2, 1).event())
-        await client.write_event(AudioChunk(16000, 2, 1, hello_pcm()[: 2 * 16000 * 2]).event())
+        await client.write_event(AudioChunk(16000, 2, 1, hello_pcm()[: 29 * 1600 * 2]).event())
         await client.write_event(AudioStop().event())
+        await asyncio.to_thread(in_flight, bg, 1)  # admitted: it is being transcribed
         await client.disconnect()
 
     try:
