@@ -79,7 +79,7 @@ RUN xattn-server --help >/dev/null && xattn --help >/dev/null \
     && python -c "from xattn.model.checkpoints import load_checkpoint; load_checkpoint('tiny.en')"
 
 USER xattn
-EXPOSE 50051 8000
+EXPOSE 50051 8000 10300
 
 # SERVING only once the model is loaded and warmed up; NOT_SERVING while draining on SIGTERM.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \

@@ -4,12 +4,13 @@
     python -m benchmarks.render --check    # exit 1 if either is out of date
 
 One section per benchmark (benchmarks/results/<name>/, its newest <UTC time>.json), with the
-command that produced it, when, the commit, the settings and one table per figure group; the
-machine is stated once at the top (and a section names what differs where a run came from
-another machine). README.md's one results table (the newest decode run, end to end) is
-written between its BEGIN and END marker lines, when it has them, and docs/live.md's (the newest
-live_scale run's levels) between LIVE_BEGIN and LIVE_END. tests/test_docs.py checks that all
-equal what this renders.
+command that produced it, when, the commit, the settings (but those named _...: raw data) and
+one table per figure group; the machine is stated once at the top (and a section names what
+differs where a run came from another machine). README.md's one results table (the newest
+decode run, end to end) is written between its BEGIN and END marker lines, when it has them,
+docs/live.md's (the newest live_scale run's levels) between LIVE_BEGIN and LIVE_END, and
+docs/home-assistant.md's (the newest Wyoming run) between WYOMING_BEGIN and WYOMING_END.
+tests/test_docs.py checks that all equal what this renders.
 """
 
 from __future__ import annotations
@@ -36,11 +37,15 @@ LIVE_COLUMNS = (
     "WER offline default", "never committed", "refusals", "compute s per audio s",
     "encoder floor s per audio s", "peak RSS MB",
 )  # fmt: skip
+# docs/home-assistant.md's table of the newest Wyoming run lives between these two.
+HOME_ASSISTANT = ROOT / "docs" / "home-assistant.md"
+WYOMING_BEGIN = "<!-- wyoming: begin (python -m benchmarks.render writes this table) -->"
+WYOMING_END = "<!-- wyoming: end -->"
 END_TO_END = "end to end: file bytes -> text"
 AGAINST_INT8 = "against faster-whisper int8: seconds over its seconds, plain text"  # end_to_end
 # The sections come in this order; other benchmarks follow alphabetically.
 ORDER = ("decode", "service", "longform", "longform_vad", "streaming", "startup", "wer", "scale")
-ORDER += ("live_page", "http_api", "load", "live_scale", "soak")
+ORDER += ("live_page", "http_api", "load", "live_scale", "soak", "wyoming")
 TITLES = {
     "decode": "Decoding in one process: ceilings, encoder, decoder step, end to end",
     "service": "Through the server: gRPC overhead and load",
@@ -56,6 +61,7 @@ TITLES = {
     "live_scale": "Many live streams: gRPC and Realtime, beside WhisperLiveKit",
     "soak": "Soak: mixed traffic for a while",
     "metrics": "What watching costs: metrics and traces against neither",
+    "wyoming": "Wyoming (Home Assistant): audio-stop to transcript, beside wyoming-faster-whisper",
 }
 
 
@@ -144,8 +150,9 @@ def section(name: str, run: Run, path: Path, reference: Run) -> list[str]:
             f"Ceilings in this run, {c.threads} threads: fp32 matmul {c.fp32_gflops:g} GFLOP/s, "
             f"memory read {c.memory_gbps:g} GB/s.",
         ]
-    if run.settings:
-        lines += ["", "Settings: " + ", ".join(f"{k} {cell(v)}" for k, v in run.settings.items())]
+    settings = {k: v for k, v in run.settings.items() if not k.startswith("_")}  # _: raw data
+    if settings:
+        lines += ["", "Settings: " + ", ".join(f"{k} {cell(v)}" for k, v in settings.items())]
     for title, value in run.figures.items():
         lines += ["", *figure(title, value)]
     return lines + [""]
@@ -246,6 +253,30 @@ def live_summary(files: Mapping[str, Path]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def wyoming_summary(files: Mapping[str, Path]) -> str:
+    """docs/home-assistant.md's table: the newest Wyoming run at real-time feed, its goals
+    and its conditions."""
+    run = load(files["wyoming"]) if "wyoming" in files else None
+    if run is None:
+        return "No results yet: run `python -m benchmarks.wyoming`.\n"
+    st = run.settings
+    loads = st.get("load average before"), st.get("load average after")
+    lines = [
+        f"{run.timestamp[:10]}, `{run.command}`; {run.machine.cpu}, {st.get('threads')} CPU "
+        f"threads each; load average {loads[0]} before, {loads[1]} after (1, 5, 15 min); "
+        f"{len(st.get('samples', []))} commands and sentences, each followed by "
+        f"{st.get('trailing silence s')} s of silence:",
+        "",
+    ]
+    for title in ("per server, model and feed", "goals at real time"):
+        if run.figures.get(title):
+            lines += [*figure(title, run.figures[title]), ""]
+    lines += [
+        "Every figure: [docs/benchmarks.md](benchmarks.md#" + anchor(TITLES["wyoming"]) + ")."
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def splice(text: str, block: str, begin: str = BEGIN, end: str = END) -> str | None:
     """`text` with what lies between `begin` and `end` replaced by `block`; None without
     them."""
@@ -257,12 +288,13 @@ def splice(text: str, block: str, begin: str = BEGIN, end: str = END) -> str | N
 
 
 def pages(files: Mapping[str, Path], page: Path = PAGE, readme: Path = README) -> dict[Path, str]:
-    """Every generated page's text: docs/benchmarks.md, and README's and docs/live.md's
-    marked blocks where those files have their markers."""
+    """Every generated page's text: docs/benchmarks.md, and the marked blocks of README,
+    docs/live.md and docs/home-assistant.md where those files have their markers."""
     out = {page: render(files)}
     for path, block, begin, end in (
         (readme, summary(files), BEGIN, END),
         (LIVE, live_summary(files), LIVE_BEGIN, LIVE_END),
+        (HOME_ASSISTANT, wyoming_summary(files), WYOMING_BEGIN, WYOMING_END),
     ):
         if path.is_file():
             spliced = splice(path.read_text(), block, begin, end)

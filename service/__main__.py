@@ -1,4 +1,5 @@
-"""`python -m xattn.service` / `xattn-server`: run the xattn gRPC server.
+"""`python -m xattn.service` / `xattn-server`: run the xattn gRPC server (and, on ports of
+their own, OpenAI's audio API over HTTP and Home Assistant's Wyoming protocol).
 
 Every flag also reads an environment variable (XATTN_HOST, XATTN_PORT, XATTN_MODEL, ...);
 a flag on the command line wins over the environment, which wins over the default. Tracing
@@ -109,6 +110,36 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "",
         "comma-separated origins whose pages may call the HTTP API (default: none)",
     )
+    flag(
+        "wyoming-port",
+        int,
+        None,
+        "also serve Home Assistant's Wyoming speech-to-text protocol on this port of --host "
+        "(the convention is 10300; unset or 0: off)",
+    )
+    flag("wyoming-port-file", str, None, "write the bound Wyoming port to this file")
+    flag(
+        "wyoming-mode",
+        str,
+        "streamed",
+        "streamed: words as transcript-chunks while they are spoken (the live path), then the "
+        "transcript; batch: one transcript at audio-stop, equal to gRPC Transcribe's",
+    )
+    parser.add_argument(
+        "--wyoming-zeroconf",
+        nargs="?",
+        const="xattn",
+        default=os.environ.get("XATTN_WYOMING_ZEROCONF") or None,
+        metavar="NAME",
+        help="announce the Wyoming port over zeroconf (mDNS, _wyoming._tcp) as NAME, for Home "
+        "Assistant to discover (env XATTN_WYOMING_ZEROCONF; default off; NAME: xattn)",
+    )
+    flag(
+        "wyoming-max-connections",
+        int,
+        DEFAULTS.wyoming_max_connections,
+        "Wyoming connections open at once (more are refused with server_busy)",
+    )
     flag("live-idle-timeout", float, DEFAULTS.live_idle_timeout, "seconds a live stream may idle")
     flag("live-workers", int, DEFAULTS.live_workers, "live decode steps run at once")
     flag(
@@ -173,6 +204,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--max-queue-wait must be > 0, --memory-budget-mb >= 0")
     if args.http_port is not None and not 0 <= args.http_port < 65536:
         parser.error("--http-port must be in 0..65535")
+    if args.wyoming_port is not None and not 0 <= args.wyoming_port < 65536:
+        parser.error("--wyoming-port must be in 0..65535")
+    if args.wyoming_mode not in ("streamed", "batch"):
+        parser.error("--wyoming-mode must be streamed or batch")
+    if args.wyoming_max_connections < 1:
+        parser.error("--wyoming-max-connections must be >= 1")
     if args.max_message_mb <= 0:
         parser.error("--max-message-mb must be > 0")
     if args.compute not in COMPUTE_CHOICES:
@@ -203,6 +240,11 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         http_port=args.http_port,
         http_host=args.http_host,
         http_port_file=args.http_port_file,
+        wyoming_port=args.wyoming_port or None,  # 0: off, as unset
+        wyoming_port_file=args.wyoming_port_file,
+        wyoming_streaming=args.wyoming_mode == "streamed",
+        wyoming_zeroconf=args.wyoming_zeroconf,
+        wyoming_max_connections=args.wyoming_max_connections,
         cors_origins=tuple(o.strip() for o in args.cors_origins.split(",") if o.strip()),
         live_idle_timeout=args.live_idle_timeout,
         live_max_seconds=args.live_max_seconds,

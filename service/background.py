@@ -43,6 +43,8 @@ class BackgroundServer:
         self.http_address = f"{config.http_host or config.host}:{self.server.http_port}"
         self.metrics_address = f"{config.host}:{self.server.metrics_port}"
 
+        self.wyoming_address = f"{config.host}:{self.server.wyoming_port}"
+
     @property
     def engine(self) -> Engine:
         return self.server.engine

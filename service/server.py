@@ -1,4 +1,5 @@
-"""`serve()`: the gRPC server around the engine, with health, reflection and signals.
+"""`serve()`: the gRPC server around the engine, with health, reflection and signals, and
+the faces beside it on the same engine: HTTP (--http-port) and Wyoming (--wyoming-port).
 
 The port is bound (and reported) before the model loads; health says NOT_SERVING until the
 model is loaded and warmed up, SERVING after, and NOT_SERVING again once shutdown starts.
@@ -37,6 +38,10 @@ from xattn.service.grpc.servicer import TranscriberServicer
 from xattn.service.http.app import HttpSettings, build_app
 from xattn.service.http.server import HttpServer, bind
 from xattn.service.metrics import Metrics, with_metrics
+from xattn.service.wyoming.discovery import Discovery, announcement
+from xattn.service.wyoming.handler import WyomingSettings
+from xattn.service.wyoming.server import WyomingServer
+from xattn.service.wyoming.server import bind as bind_wyoming
 from xattn.v1 import transcriber_pb2, transcriber_pb2_grpc
 
 if TYPE_CHECKING:
@@ -93,6 +98,12 @@ class ServerConfig:
     http_port_file: str | None = None  # written with the bound HTTP port once listening
     cors_origins: tuple[str, ...] = ()  # origins whose pages may call the HTTP API
     http_body_timeout: float = 30.0  # seconds an upload may send nothing before a 408
+    wyoming_port: int | None = None  # Home Assistant's Wyoming protocol (service.wyoming);
+    # None: off, 0: any free port
+    wyoming_port_file: str | None = None  # written with the bound Wyoming port once listening
+    wyoming_streaming: bool = True  # transcript-chunks from the live path; False: batch
+    wyoming_zeroconf: str | None = None  # announce the Wyoming port under this mDNS name
+    wyoming_max_connections: int = 64
 
     @property
     def max_live_seconds(self) -> float:
@@ -167,6 +178,9 @@ class Server:
         self.metrics_server: HttpServer | None = None
         self.metrics_port = 0
         self.serving = False  # health SERVING (the HTTP face's /health follows it)
+        self.wyoming: WyomingServer | None = None
+        self.wyoming_port = 0
+        self._discovery: Discovery | None = None
 
     def _observing(self) -> list[grpc.aio.ServerInterceptor]:
         """The gRPC face's server spans (outermost, so that the rest runs in them) and its
@@ -220,6 +234,8 @@ class Server:
             await self._start_http()
         if self.config.metrics_port is not None and self.metrics is not None:
             await self._start_metrics()
+        if self.config.wyoming_port is not None:
+            await self._start_wyoming()
         _write_port(self.config.port_file, self.port)
         self._loading = asyncio.create_task(self._load())
         return self.port
@@ -262,6 +278,26 @@ class Server:
         log.info("Prometheus metrics on %s:%d/metrics", config.host, self.metrics_port)
         _write_port(config.metrics_port_file, self.metrics_port)
 
+    async def _start_wyoming(self) -> None:
+        config = self.config
+        settings = WyomingSettings(
+            streaming=config.wyoming_streaming,
+            idle_timeout=config.live_idle_timeout,
+            max_connections=config.wyoming_max_connections,
+            live=live_settings(self.engine.limits),
+        )
+        sock = bind_wyoming(config.host, config.wyoming_port or 0)
+        self.wyoming = WyomingServer(self.engine, settings, sock)
+        await self.wyoming.start()
+        self.wyoming_port = self.wyoming.port
+        mode = "streamed" if config.wyoming_streaming else "batch"
+        log.info("Wyoming on tcp://%s:%d (%s transcripts)", config.host, self.wyoming_port, mode)
+        _write_port(config.wyoming_port_file, self.wyoming_port)
+        if config.wyoming_zeroconf:
+            name = config.wyoming_zeroconf
+            self._discovery = Discovery(announcement(name, config.host, self.wyoming_port))
+            await self._discovery.start()
+
     def _loaders(self) -> list[Callable[[], Pipeline]]:
         """One loader per model, the default first (given pipelines, or config's models)."""
         given = self._pipeline
@@ -300,8 +336,11 @@ class Server:
         if self._loading is not None and not self._loading.done():
             self._loading.cancel()
         log.info("draining in-flight RPCs for up to %.1f s", grace)
+        if self._discovery is not None:
+            await self._discovery.stop()
         http = self.http.stop(grace) if self.http is not None else asyncio.sleep(0)
-        await asyncio.gather(self._grpc.stop(grace), http)
+        wyoming = self.wyoming.stop(grace) if self.wyoming is not None else asyncio.sleep(0)
+        await asyncio.gather(self._grpc.stop(grace), http, wyoming)
         await self.engine.close()
         if self.metrics_server is not None:  # scraped until the end
             await self.metrics_server.stop(0)
@@ -314,7 +353,8 @@ class Server:
         """Cancel every in-flight RPC now (a `stop()` in progress then ends at once)."""
         log.info("cancelling in-flight RPCs")
         http = self.http.stop(0) if self.http is not None else asyncio.sleep(0)
-        await asyncio.gather(self._grpc.stop(None), http)
+        wyoming = self.wyoming.stop(0) if self.wyoming is not None else asyncio.sleep(0)
+        await asyncio.gather(self._grpc.stop(None), http, wyoming)
 
     async def wait_for_termination(self) -> None:
         await self._grpc.wait_for_termination()

@@ -322,8 +322,10 @@ def test_server_service() -> None:
     assert server["ports"] == [
         "127.0.0.1:${XATTN_PORT:-50051}:${XATTN_PORT:-50051}",
         "127.0.0.1:${XATTN_HTTP_PORT:-8000}:${XATTN_HTTP_PORT:-8000}",  # the HTTP API
+        "127.0.0.1:${XATTN_WYOMING_PORT:-10300}:${XATTN_WYOMING_PORT:-10300}",  # Wyoming
     ]
     assert env["XATTN_PORT"] == "50051" and env["XATTN_HTTP_PORT"] == "8000"
+    assert env["XATTN_WYOMING_PORT"] == "10300"  # the Wyoming convention
     assert "XATTN_HTTP_HOST" not in env  # its default: XATTN_HOST, the container's interfaces
 
     from xattn.service.server import ServerConfig

@@ -249,12 +249,14 @@ def test_services_select_the_pods(rendered: dict[tuple[str, str], Doc]) -> None:
     tls = "XATTN_TLS_CERT" in env_of(container(rendered))
     for service in services.values():
         assert service["spec"]["selector"].items() <= pod_labels.items()
-        grpc_port, http_port = service["spec"]["ports"]
+        grpc_port, http_port, wyoming_port = service["spec"]["ports"]
         assert grpc_port["targetPort"] in port_names
         assert grpc_port["name"] == "grpc" and grpc_port["appProtocol"] == "kubernetes.io/h2c"
         assert http_port["name"] == http_port["targetPort"] == "http" and "http" in port_names
         assert http_port["port"] == 8000 and http_port["protocol"] == "TCP"
         assert http_port["appProtocol"] == ("https" if tls else "http")  # the overlay's TLS
+        assert wyoming_port["name"] == wyoming_port["targetPort"] == "wyoming" in port_names
+        assert wyoming_port["port"] == 10300 and wyoming_port["protocol"] == "TCP"
     budget = rendered[("PodDisruptionBudget", "xattn-server")]
     assert budget["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     hpa = rendered[("HorizontalPodAutoscaler", "xattn-server")]["spec"]

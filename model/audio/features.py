@@ -53,7 +53,7 @@ CHUNK_LENGTH = 30
 N_SAMPLES = CHUNK_LENGTH * SAMPLE_RATE  # 480000 samples in a 30 s window
 N_FRAMES = N_SAMPLES // HOP_LENGTH  # 3000 mel frames in a 30 s window
 _PCM_DTYPES = {"int16": np.dtype("<i2"), "float32": np.dtype("<f4")}
-_MAX_KERNEL = 1_000_000  # cap on the resampler's (in steps x out steps); see _resample
+_MAX_KERNEL = 1_000_000  # cap on the resampler's (in steps x out steps); see resample_ratio
 
 
 def check_audio(audio: np.ndarray) -> np.ndarray:
@@ -67,14 +67,22 @@ def check_audio(audio: np.ndarray) -> np.ndarray:
     return _check_samples(audio)
 
 
-def _resample(mono: np.ndarray, sample_rate: int) -> np.ndarray:
-    # torchaudio's polyphase kernel is [out steps, in steps + taps], the steps being the rate
-    # ratio in lowest terms: small for 44.1/48 kHz, gigabytes for a coprime rate like 44101 Hz.
-    # Such a ratio is rounded to a nearby one with a kernel of ~1M weights (< 0.05% time error).
-    ratio = Fraction(sample_rate, SAMPLE_RATE)  # in steps / out steps
+def resample_ratio(sample_rate: int) -> Fraction:
+    """In steps / out steps of resampling `sample_rate` to 16 kHz (both resamplers' ratio).
+
+    torchaudio's polyphase kernel is [out steps, in steps + taps], the steps being the rate
+    ratio in lowest terms: small for 44.1/48 kHz, gigabytes for a coprime rate like 44101 Hz.
+    Such a ratio is rounded to a nearby one with a kernel of ~1M weights (< 0.05% time error).
+    """
+    ratio = Fraction(sample_rate, SAMPLE_RATE)
     if ratio.numerator * ratio.denominator > _MAX_KERNEL:
         ratio = ratio.limit_denominator(max(1, math.isqrt(int(_MAX_KERNEL / ratio))))
         log.debug("resampling %d Hz as if it were %s x 16 kHz", sample_rate, ratio)
+    return ratio
+
+
+def _resample(mono: np.ndarray, sample_rate: int) -> np.ndarray:
+    ratio = resample_ratio(sample_rate)  # in steps / out steps
     y = AF.resample(torch.from_numpy(mono), ratio.numerator, ratio.denominator)  # [n / ratio]
     return y.numpy()
 

@@ -7,13 +7,12 @@ them)."""
 from __future__ import annotations
 
 import functools
-from fractions import Fraction
 
 import numpy as np
 import torch
 from torchaudio.functional.functional import _get_sinc_resample_kernel
 
-from xattn.model.audio.features import SAMPLE_RATE
+from xattn.model.audio.features import resample_ratio
 
 
 @functools.cache
@@ -42,7 +41,7 @@ class StreamResampler:
     margin of those before (and after: kept until they arrive) that the kernel reaches."""
 
     def __init__(self, rate: int) -> None:
-        ratio = Fraction(rate, SAMPLE_RATE)
+        ratio = resample_ratio(rate)  # a coprime rate's, rounded as the whole-file resampler's
         self.p, self.q = ratio.numerator, ratio.denominator  # p in -> q out
         self.margin = self.p * max(1, -(-64 // self.p))  # input samples; > the kernel's reach
         self._buf = np.zeros(self.margin, np.float32)  # input from position _start on
