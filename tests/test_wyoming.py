@@ -354,3 +354,22 @@ def test_the_process_serves_wyoming_beside_grpc(tmp_path: Path) -> None:
             proc.wait(10)
     assert proc.returncode == 0, output
     assert f"Wyoming on tcp://127.0.0.1:{wyoming} (batch transcripts)" in output
+
+
+def test_wyoming_commands_are_reported_in_the_metrics() -> None:
+    """The face reports each command (face "wyoming", method "transcribe"): a streamed and a
+    batch transcript as ok, an unknown model as model_not_found, with the engine's model."""
+    from benchmarks.scrape import families, value
+
+    config = ServerConfig(port=0, wyoming_port=0, metrics_port=0, workers=2, max_queue_wait=600)
+    with BackgroundServer(config, pipeline("tiny.en")) as server:
+        port, pcm = server.server.wyoming_port, hello_pcm()[: 16000 * 2 * 2]  # 2 s
+        ok = asyncio.run(command(port, pcm))
+        assert ok.types[-1] == "transcript-stop"
+        bad = asyncio.run(command(port, pcm, transcribe=Transcribe(name="no-such-model")))
+        assert bad.types == ["error"] and bad.events[0].data["code"] == "model_not_found"
+        found = families(f"http://{server.metrics_address}/metrics")
+    labels = {"face": "wyoming", "method": "transcribe"}
+    assert value(found, "xattn_requests_total", **labels, model="tiny.en", code="ok") == 1
+    assert value(found, "xattn_requests_total", **labels, code="model_not_found") == 1
+    assert value(found, "xattn_request_duration_seconds_count", **labels) == 2

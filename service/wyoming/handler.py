@@ -20,7 +20,9 @@ audio-start, a format the server does not take, too much audio (audio_too_long),
 server (server_busy). The command ends there: the rest of its audio is dropped (up to its
 audio-stop, or the next transcribe) and the connection goes on. Bytes that are not an event
 get an `error` and the connection closes (its framing is lost). A client that hangs up is
-logged as a hang-up (INFO mid-command, else DEBUG), and its command stops.
+logged as a hang-up (INFO mid-command, else DEBUG), and its command stops. Each command is
+one request in the engine's reports (face "wyoming", method "transcribe"): ok, cancelled, or
+its error's code.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from xattn.model.audio.features import AudioError
 from xattn.service.engine.engine import Engine
 from xattn.service.engine.errors import INTERNAL, fault_of
 from xattn.service.engine.live import IdleTimeout, LiveSettings, StreamOrderError
+from xattn.service.engine.observe import RequestScope
 from xattn.service.wyoming.audio import pcm_format
 from xattn.service.wyoming.command import BatchCommand, Request, StreamedCommand, request_of
 from xattn.service.wyoming.info import describe
@@ -123,6 +126,7 @@ class WyomingHandler(AsyncEventHandler):
         self.command: Command | None = None  # audio-start .. audio-stop
         self.answer: asyncio.Task[None] | None = None  # audio-stop .. the last answer sent
         self.discarding = False  # an error ended the command: drop its audio
+        self.scope: RequestScope | None = None  # the command's report (service.engine.observe)
         self.draining = False  # the server is stopping: close once nothing is in progress
         self._stopped = False  # stop() closed it (a shutdown, not a hang-up)
 
@@ -221,6 +225,7 @@ class WyomingHandler(AsyncEventHandler):
             await self._settle()
             if self.command is not None:
                 raise StreamOrderError("transcribe while audio is streaming: send audio-stop first")
+            self._begin()
             self.request, self.discarding = None, True  # until it is known to be good
             self.request = request_of(self.engine, Transcribe.from_event(event))
             self.discarding = False
@@ -234,6 +239,7 @@ class WyomingHandler(AsyncEventHandler):
                 raise StreamOrderError(
                     "audio-start while audio is streaming: send audio-stop first"
                 )
+            self._begin()
             fmt = pcm_format(data.get("rate"), data.get("width"), data.get("channels"))
             request, self.request = self.request or request_of(self.engine, None), None
             if self.settings.streaming:
@@ -274,11 +280,14 @@ class WyomingHandler(AsyncEventHandler):
         try:
             await command.finish(self.write_event)
             log.debug("wyoming %s: answered %.2f s of audio", self.peer, command.seconds)
+            self._ended("ok")
         except asyncio.CancelledError:
             command.close()
+            self._ended("cancelled")
             raise
         except ConnectionError as e:
             log.debug("wyoming %s: went away before its transcript was sent: %r", self.peer, e)
+            self._ended("cancelled")
         except Exception as e:
             await self._report(e)
 
@@ -301,12 +310,25 @@ class WyomingHandler(AsyncEventHandler):
             text, code = f"internal error: {type(e).__name__}", INTERNAL.code
         else:
             text, code = str(e), fault.code
+        self._ended(code)
         try:
             await self.write_event(Error(text=text, code=code).event())
         except ConnectionError:
             pass
 
+    def _begin(self) -> None:
+        """A command begins (its transcribe, or its audio-start without one): its report."""
+        if self.scope is None:
+            self.scope = self.engine.observer.request("wyoming", "transcribe")
+
+    def _ended(self, code: str) -> None:
+        """The command's report ends with `code` (ok, cancelled or the table's code)."""
+        if self.scope is not None:
+            self.scope.end(code)
+            self.scope = None
+
     def _hung_up(self) -> None:
+        self._ended("cancelled")
         if self._stopped:
             return
         if self.command is not None:
@@ -320,6 +342,7 @@ class WyomingHandler(AsyncEventHandler):
             log.debug("wyoming %s hung up", self.peer)
 
     async def disconnect(self) -> None:
+        self._ended("cancelled")  # a command the connection's end cut short
         if self.command is not None:
             self.command.close()
             self.command = None
