@@ -93,7 +93,8 @@ USER xattn
 EXPOSE 50051 8000
 
 # SERVING only once the model is loaded and warmed up; NOT_SERVING while draining on SIGTERM.
-HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
+# Up to 300 s to get there (a busy small machine loading several at once) before failures count.
+HEALTHCHECK --interval=10s --timeout=5s --start-period=300s --retries=3 \
     CMD ["python", "/app/deploy/health_probe.py"]
 
 # SIGTERM (docker stop) drains in-flight RPCs for XATTN_GRACE seconds (default 10), then exits 0.

@@ -6,6 +6,7 @@
 #
 #   deploy/compose_check.sh                 # everything (the build is cached between runs)
 #   deploy/compose_check.sh --build-only    # the base images and the image, no stack
+#   deploy/compose_check.sh --fast          # ... and the image's own tests (what CI runs)
 #   deploy/compose_check.sh -- -k tls       # pytest arguments after --
 #
 # It uses Docker where a Docker daemon answers, else Podman (rootful or rootless), and the
@@ -14,8 +15,9 @@
 # - no image registry: stand-ins for python:3.11-slim and haproxy:2.6 from Debian's packages
 #   (deploy/local_bases.sh), passed as the Dockerfiles' PYTHON_IMAGE / HAPROXY_IMAGE;
 # - no PyTorch CPU index: a CPU torch wheel from this machine (XATTN_TORCH_WHEEL, else one in
-#   pip's find-links folders) in deploy/wheels/, with TORCH_VERSION set to its version and
-#   the rest from PyPI. The log says which, and the image's torch version.
+#   pip's find-links folders) and PyPI's torchaudio without its CUDA-linked extension, in
+#   deploy/wheels/ (deploy/torch_wheels.py says why that is the same for xattn), with
+#   TORCH_VERSION set to the wheel's version and the rest from PyPI. The log says which.
 # Podman on a host that refuses to raise rlimits or to run crun in a hybrid cgroup tree gets
 # a containers.conf of its own (CONTAINERS_CONF) with ulimits and a runtime that work.
 # Environment: XATTN_PYTHON_IMAGE, XATTN_HAPROXY_IMAGE (bases to use as they are),
@@ -32,7 +34,8 @@ pytest_args=()
 while (($#)); do
     case "$1" in
         --build-only) build_only=1 ;;
-        --) shift; pytest_args=("$@"); break ;;
+        --fast) pytest_args=(-k "test_image_ or broken_image") ;;  # the image, no stack but one server
+        --) shift; pytest_args+=("$@"); break ;;
         *) echo "compose_check: unknown argument $1" >&2; exit 2 ;;
     esac
     shift
@@ -176,10 +179,14 @@ print("  python", sys.version.split()[0], "| torch", torch.__version__, "| venv"
 ((build_only)) && exit 0
 
 # --- the stack --------------------------------------------------------------------------------
-export XATTN_CHECK_ENGINE="$engine" XATTN_CHECK_COMPOSE="${compose[*]}"
-export XATTN_CHECK_BUILD_SECONDS="$seconds"
+export XATTN_COMPOSE_CHECK=1 XATTN_CHECK_ENGINE="$engine" XATTN_CHECK_COMPOSE="${compose[*]}"
 say "running tests/test_compose_stack.py"
-exec "$PYTHON" -m pytest -v -rs -p no:cacheprovider tests/test_compose_stack.py "${pytest_args[@]}"
+local status=0 begun=$SECONDS
+"$PYTHON" -m pytest -v -s -rs -p no:cacheprovider tests/test_compose_stack.py \
+    "${pytest_args[@]}" || status=$?
+say "build ${seconds} s, image $((size / 1000000)) MB, tests $((SECONDS - begun)) s:" \
+    "$( ((status == 0)) && echo passed || echo "FAILED (pytest exit $status)")"
+exit "$status"
 }
 
 main "$@"

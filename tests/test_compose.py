@@ -453,6 +453,38 @@ def test_containers_run_as_the_images_user_on_a_read_only_root() -> None:
     }
 
 
+def test_the_docs_compose_commands_name_what_exists() -> None:
+    """Every `docker compose ...` line of README.md and docs/: its files (-f), profiles and
+    services exist (tests/test_compose_stack.py runs them for real under `make compose-check`)."""
+    services = load_compose()["services"]
+    profiles = {p for s in services.values() for p in s.get("profiles", [])}
+    subcommands = {"up", "down", "run", "build", "config", "logs", "ps", "stop", "exec"}
+    lines = [
+        line.split("#")[0]
+        for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+        for line in page.read_text().splitlines()
+        if re.match(r"\s*docker compose ", line.split("#")[0])
+    ]
+    assert len(lines) >= 6, lines
+    for line in lines:
+        words = line.split()[2:]
+        for flag, value in zip(words, words[1:], strict=False):
+            if flag == "-f":
+                assert (ROOT / value).is_file(), line
+            elif flag == "--profile":
+                assert value in profiles, line
+        command = next(w for w in words if w in subcommands)
+        rest = words[words.index(command) + 1 :]
+        named = [
+            w
+            for i, w in enumerate(rest)
+            if not w.startswith("-")
+            and "=" not in w
+            and (i == 0 or rest[i - 1] not in ("--scale", "-f", "--profile"))
+        ]
+        assert set(named) <= set(services), line
+
+
 # --- Dockerfile and .dockerignore ---------------------------------------------------------------
 
 

@@ -1,8 +1,9 @@
 """The compose deploy run for real: the image docker-compose.yml builds (xattn:local), brought
 up with the compose tool as a user does, and what the user would see.
 
-`make compose-check` (deploy/compose_check.sh) builds the image and runs these tests; without
-a container engine, a compose tool or the image they skip, naming what is missing. Every
+`make compose-check` (deploy/compose_check.sh) builds the image and runs these tests (with
+XATTN_COMPOSE_CHECK=1; `make test` skips them); without a container engine, a compose tool or
+the image they skip, naming what is missing. Every
 stack is a compose project of its own (xattn-check-*) on free loopback ports, with its own
 out/ folder and secrets, removed at the end. What must hold:
 
@@ -60,6 +61,8 @@ pytestmark = pytest.mark.timeout(1200)
 
 @pytest.fixture(scope="module")
 def tools() -> Tools:
+    if os.environ.get("XATTN_COMPOSE_CHECK") != "1":  # minutes of containers: only on request
+        pytest.skip("compose stack: run by `make compose-check` (it builds the image first)")
     found = find_tools()
     if isinstance(found, str):
         pytest.skip(f"compose stack: {found}")
@@ -95,7 +98,7 @@ def check_demo(stack: Stack, out: Path) -> str:
 
 def out_folder(tmp: Path) -> Path:
     out = tmp / "out"
-    out.mkdir()  # the README's `mkdir -p out`: the containers' user's
+    out.mkdir(parents=True)  # the README's `mkdir -p out`: the containers' user's
     hand_over(out)
     return out
 
@@ -242,6 +245,80 @@ def test_inspector_serves_the_page_the_client_wrote(stack: Stack) -> None:
     assert page("hello.png") == (out / "hello.png").read_bytes()
 
 
+# --- breakages the checks above must catch -------------------------------------------------
+
+
+@contextlib.contextmanager
+def derived_image(tools: Tools, name: str, folder: Path, *steps: str) -> Iterator[str]:
+    """xattn:local with `steps` (Dockerfile lines, run as root) on top, for a while."""
+    tag = f"xattn:check-{name}"
+    (folder / "Dockerfile").write_text(
+        "\n".join([f"FROM {IMAGE}", "USER root", *steps, "USER xattn"])
+    )
+    built = tools.run("build", "-t", tag, str(folder), timeout=300)
+    assert built.returncode == 0, built.stderr
+    try:
+        yield tag
+    finally:
+        tools.run("rmi", "-f", tag)
+
+
+def test_broken_image_without_the_sample_fails_the_demo(
+    stack: Stack, tools: Tools, tmp_path: Path
+) -> None:
+    """The demo client from an image that lacks samples/hello.wav."""
+    if not stack.containers("server", running=True):
+        pytest.skip("the main stack is down")
+    override = tmp_path / "no-sample.yml"
+    out = out_folder(tmp_path / "run")
+    with derived_image(tools, "no-sample", tmp_path, "RUN rm /app/samples/hello.wav") as broken:
+        override.write_text(f"services:\n  client:\n    image: {broken}\n")
+        try:
+            with pytest.raises(AssertionError, match="the client exited 2"):
+                check_demo(stack.with_(override, XATTN_OUT=str(out)), out)
+        finally:
+            for container in stack.containers("client"):
+                tools.run("rm", "-f", container)
+
+
+def test_broken_out_folder_fails_the_demo(stack: Stack, tmp_path: Path) -> None:
+    """out/ that the containers' user cannot write (root's, 0755, with XATTN_UID 1000)."""
+    if not stack.containers("server", running=True):
+        pytest.skip("the main stack is down")
+    if container_user()[0] == 0 or os.geteuid() != 0:
+        pytest.skip("needs root outside and a non-root user inside (the check's own setting)")
+    out = tmp_path / "out"
+    out.mkdir(mode=0o755)  # root's
+    try:
+        with pytest.raises(AssertionError, match="no inspection page"):
+            check_demo(stack.with_(XATTN_OUT=str(out)), out)
+    finally:
+        for container in stack.containers("client"):
+            stack.tools.run("rm", "-f", container)
+
+
+def test_broken_health_check_never_passes(tools: Tools, tmp_path: Path) -> None:
+    """A server whose image's health probe always fails: wait_healthy (compose up's wait for
+    `service_healthy`) reports it unhealthy instead of going on."""
+    override = tmp_path / "bad-health.yml"
+    probe = "RUN echo 'raise SystemExit(\"unhealthy: broken on purpose\")' > " + PROBE
+    with derived_image(tools, "bad-health", tmp_path, probe) as broken:
+        override.write_text(  # scalars only: podman-compose extends lists it merges
+            f"services:\n  server:\n    image: {broken}\n    healthcheck:\n"
+            "      interval: 2s\n      retries: 2\n      start_period: 1s\n"
+        )
+        stack = Stack.new(tools, "bad-health", out_folder(tmp_path / "run")).with_(override)
+        try:
+            stack.compose("up", "-d", "--no-deps", "server")
+            with pytest.raises(AssertionError, match="server is unhealthy: .*broken on purpose"):
+                stack.wait_healthy("server", timeout=300)
+        finally:
+            stack.teardown()
+
+
+# --- `compose down` with a call in flight (the main stack's end) ----------------------------
+
+
 def long_audio(folder: Path, copies: int) -> Path:
     """hello.wav `copies` times over."""
     with wave.open(str(HELLO)) as w:
@@ -331,77 +408,6 @@ def test_compose_down_drains_a_request_in_flight(stack: Stack, tmp_path: Path) -
     assert "cancelling in-flight" not in server_log and "stopped" in server_log, server_log
     assert exit_code == 0, server_log[-3000:]
     assert stack.containers() == []
-
-
-# --- breakages the checks above must catch -------------------------------------------------
-
-
-@contextlib.contextmanager
-def derived_image(tools: Tools, name: str, folder: Path, *steps: str) -> Iterator[str]:
-    """xattn:local with `steps` (Dockerfile lines, run as root) on top, for a while."""
-    tag = f"xattn:check-{name}"
-    (folder / "Dockerfile").write_text(
-        "\n".join([f"FROM {IMAGE}", "USER root", *steps, "USER xattn"])
-    )
-    built = tools.run("build", "-t", tag, str(folder), timeout=300)
-    assert built.returncode == 0, built.stderr
-    try:
-        yield tag
-    finally:
-        tools.run("rmi", "-f", tag)
-
-
-def test_broken_image_without_the_sample_fails_the_demo(
-    stack: Stack, tools: Tools, tmp_path: Path
-) -> None:
-    """The demo client from an image that lacks samples/hello.wav."""
-    if not stack.containers("server", running=True):
-        pytest.skip("the main stack is down (test_compose_down_drains_... ran)")
-    override = tmp_path / "no-sample.yml"
-    out = out_folder(tmp_path / "run")
-    with derived_image(tools, "no-sample", tmp_path, "RUN rm /app/samples/hello.wav") as broken:
-        override.write_text(f"services:\n  client:\n    image: {broken}\n")
-        try:
-            with pytest.raises(AssertionError, match="the client exited 2"):
-                check_demo(stack.with_(override, XATTN_OUT=str(out)), out)
-        finally:
-            for container in stack.containers("client"):
-                tools.run("rm", "-f", container)
-
-
-def test_broken_out_folder_fails_the_demo(stack: Stack, tmp_path: Path) -> None:
-    """out/ that the containers' user cannot write (root's, 0755, with XATTN_UID 1000)."""
-    if not stack.containers("server", running=True):
-        pytest.skip("the main stack is down (test_compose_down_drains_... ran)")
-    if container_user()[0] == 0 or os.geteuid() != 0:
-        pytest.skip("needs root outside and a non-root user inside (the check's own setting)")
-    out = tmp_path / "out"
-    out.mkdir(mode=0o755)  # root's
-    try:
-        with pytest.raises(AssertionError, match="no inspection page"):
-            check_demo(stack.with_(XATTN_OUT=str(out)), out)
-    finally:
-        for container in stack.containers("client"):
-            stack.tools.run("rm", "-f", container)
-
-
-def test_broken_health_check_never_passes(tools: Tools, tmp_path: Path) -> None:
-    """A server whose image's health probe always fails: wait_healthy (compose up's wait for
-    `service_healthy`) reports it unhealthy instead of going on."""
-    override = tmp_path / "bad-health.yml"
-    probe = "RUN echo 'raise SystemExit(\"unhealthy: broken on purpose\")' > " + PROBE
-    with derived_image(tools, "bad-health", tmp_path, probe) as broken:
-        override.write_text(  # scalars only: podman-compose extends lists it merges
-            f"services:\n  server:\n    image: {broken}\n    healthcheck:\n"
-            "      interval: 2s\n      retries: 2\n      start_period: 1s\n"
-        )
-        stack = Stack.new(tools, "bad-health", out_folder(tmp_path / "run")).with_(override)
-        try:
-            stack.compose("up", "-d", "--no-deps", "server")
-            with pytest.raises(AssertionError, match="server is unhealthy: .*broken on purpose"):
-                stack.wait_healthy("server", timeout=300)
-        finally:
-            stack.teardown()
 
 
 # --- TLS and tokens -------------------------------------------------------------------------
@@ -505,7 +511,8 @@ def test_scale_profile_spreads_calls_and_survives_a_killed_replica(
             texts = [f.result(timeout=600) for f in futures]
         assert texts == [SENTENCE] * (4 * REPLICAS)
         print(
-            f"\nscale: {2 * REPLICAS} calls spread over the replicas as {sorted(spread.values())}; "
+            f"\nscale: {2 * REPLICAS} transcriptions, HAProxy's calls per replica "
+            f"{sorted(spread.values())}; "
             f"{4 * REPLICAS} calls all OK with replica {victim[:12]} killed under load"
         )
     finally:
