@@ -38,7 +38,7 @@ from xattn.v1 import transcriber_pb2 as pb
 from xattn.v1 import transcriber_pb2_grpc
 
 T = TypeVar("T")
-RETRY_AFTER_MS = ("retry-after-ms", "grpc-retry-pushback-ms")  # service.servicer's keys
+RETRY_AFTER_MS = ("retry-after-ms", "grpc-retry-pushback-ms")  # service.grpc.servicer's keys
 HINTED = re.compile(r"retry in about (\d+) ms")
 DEFAULT_WAIT = 1.0  # seconds, when a refusal names no wait
 GIVE_UP = 600.0  # seconds of refusals after which a request counts as failed

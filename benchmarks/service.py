@@ -7,7 +7,7 @@
    server and channel with float16 rows of the mean alignment head (target ratio < 1.1);
    the in-process side runs in a process of its own (benchmarks.workers), and the server
    loads its model itself (one OpenMP team per thread that calls torch: see
-   xattn.service.engine.in_passing_thread).
+   xattn.service.engine.engine.in_passing_thread).
 2. Load: C client threads, in a process of their own (benchmarks.grpc_load), each send
    StreamTranscribe requests back to back; throughput (requests/s, audio seconds per second,
    and its share of the encoder-bound limit: one request per encoder pass, the encoder's
@@ -38,7 +38,7 @@ from xattn.model.audio.features import N_FRAMES, decode_audio, log_mel_spectrogr
 from xattn.model.decode.decoding import DecodeOptions
 from xattn.model.pipeline import Pipeline, load_pipeline
 from xattn.service.background import BackgroundServer
-from xattn.service.convert import SERVICE_BEAM_SIZE, SERVICE_BEST_OF
+from xattn.service.engine.convert import SERVICE_BEAM_SIZE, SERVICE_BEST_OF
 from xattn.service.server import ServerConfig
 from xattn.v1 import transcriber_pb2_grpc
 
@@ -49,7 +49,7 @@ DEFAULT_CLIP = ROOT.parent / "shared" / "audio" / "jfk.flac"
 def in_process_cases(model: str, compute: str, data: bytes) -> dict[str, Callable[[], str]]:
     """The in-process side, in a process of its own (benchmarks.workers): a transcription as
     the server runs it, and one encoder pass. Beside the server in one process, the two
-    threads' OpenMP teams made both sides ~30 % slower (xattn.service.engine)."""
+    threads' OpenMP teams made both sides ~30 % slower (xattn.service.engine.engine)."""
     pipe = load_pipeline(model, compute=compute)
     pipe.warm_up()
     mel = pad_or_trim(log_mel_spectrogram(decode_audio(data), pipe.dims.n_mels), N_FRAMES)

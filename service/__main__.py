@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from xattn.model.net.whisper import COMPUTES
-from xattn.service.security import SecurityConfigError, read_tokens
+from xattn.service.engine.tokens import SecurityConfigError, read_tokens
 from xattn.service.server import LIVE_MAX_SECONDS, ServerConfig, serve
 
 log = logging.getLogger("service")

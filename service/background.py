@@ -10,7 +10,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from xattn.model.pipeline import Pipeline
-from xattn.service.engine import Engine
+from xattn.service.engine.engine import Engine
 from xattn.service.server import Server, ServerConfig
 
 T = TypeVar("T")

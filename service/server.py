@@ -4,7 +4,7 @@ The port is bound (and reported) before the model loads; health says NOT_SERVING
 model is loaded and warmed up, SERVING after, and NOT_SERVING again once shutdown starts.
 SIGTERM/SIGINT drain in-flight RPCs for up to `grace` seconds (new RPCs: UNAVAILABLE), then
 the process exits 0; a second signal, or the grace running out, cancels the rest at once.
-Optional TLS and bearer-token auth: see xattn.service.security.
+Optional TLS and bearer-token auth: see xattn.service.grpc.security.
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from xattn.model.pipeline import Pipeline, load_pipeline
-from xattn.service import security
-from xattn.service.engine import Engine, Limits
+from xattn.service.engine.engine import Engine, Limits
+from xattn.service.engine.live import live_settings
+from xattn.service.grpc import security
+from xattn.service.grpc.servicer import TranscriberServicer
 from xattn.service.http.app import HttpSettings, build_app
 from xattn.service.http.server import HttpServer, bind
-from xattn.service.live import live_settings
-from xattn.service.servicer import TranscriberServicer
 from xattn.service.stats import stats_loop
 from xattn.v1 import transcriber_pb2, transcriber_pb2_grpc
 

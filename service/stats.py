@@ -15,7 +15,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from xattn.service.engine import Engine
+from xattn.service.engine.engine import Engine
 
 log = logging.getLogger(__name__)
 

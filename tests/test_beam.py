@@ -24,7 +24,7 @@ from xattn.model.decode.results import TokenEvent, Transcript, WindowDiscarded, 
 from xattn.model.decode.step_batcher import StepBatcher
 from xattn.model.pipeline import Pipeline, load_pipeline
 from xattn.model.transcribe.sequential import transcribe
-from xattn.service import convert
+from xattn.service.engine import convert
 from xattn.v1 import transcriber_pb2 as pb
 
 V, EOT = 24, 23  # a small vocabulary, so that candidates finish often

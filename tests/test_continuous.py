@@ -1,4 +1,4 @@
-"""Continuous batching in the engine (xattn.service.engine): requests join the running batch
+"""Continuous batching in the engine (xattn.service.engine.engine): requests join the running batch
 of decoder steps when their window is encoded and leave it when it ends, with exactly the
 tokens (and, up to float rounding, the rows) they get alone; a cancelled request leaves at the
 next step; a long file's windows interleave with a short request's; admission refuses when
@@ -24,8 +24,8 @@ from xattn.model.decode.results import TokenEvent, Transcript, WindowStart
 from xattn.model.live.transcriber import LiveOptions, LiveTranscriber
 from xattn.model.pipeline import Pipeline, load_pipeline
 from xattn.model.transcribe.sequential import Event
-from xattn.service import capacity
-from xattn.service.engine import Engine, Limits, Overloaded
+from xattn.service.engine import capacity
+from xattn.service.engine.engine import Engine, Limits, Overloaded
 
 GREEDY = DecodeOptions(return_attention=True)
 BEAM = DecodeOptions(return_attention=True, beam_size=5, best_of=5)  # the server's default

@@ -1,4 +1,4 @@
-"""Encoded audio decoded in worker processes (xattn.service.decoders): the same samples and
+"""Encoded audio decoded in worker processes (xattn.service.engine.decoders): the same samples and
 errors as in the server's own process, and a worker that dies (a native crash, simulated by a
 real SIGSEGV) or hangs costs its one request, never the server or the requests beside it."""
 
@@ -20,7 +20,7 @@ from openai_ref import pipeline
 from xattn.model.audio.containers import decode_native
 from xattn.model.audio.features import AudioError, AudioTooLongError, decode_audio, to_16k
 from xattn.service.background import BackgroundServer
-from xattn.service.decoders import DecoderProcesses
+from xattn.service.engine.decoders import DecoderProcesses
 from xattn.service.server import ServerConfig
 from xattn.v1 import transcriber_pb2 as pb
 from xattn.v1 import transcriber_pb2_grpc

@@ -24,7 +24,7 @@ from xattn.model.audio import decode_audio
 from xattn.model.decode.results import Segment
 from xattn.model.pipeline import Pipeline, load_pipeline
 from xattn.service.background import BackgroundServer
-from xattn.service.engine import Run
+from xattn.service.engine.engine import Run
 from xattn.service.http.languages import LANGUAGES
 from xattn.service.server import Server, ServerConfig
 

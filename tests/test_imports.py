@@ -1,6 +1,7 @@
 """The package's imports, read statically (ast): no import circles in model/, service/ and
 clients/, the model's layers import only layers below them (model/__init__.py lists them),
-and the one-way boundaries (the model knows nothing of the service or the clients; the
+service/'s faces stand on its engine and not on each other (service/__init__.py), and the
+one-way boundaries (the model knows nothing of the service or the clients; the
 clients speak only the proto).
 
 Every import counts, also those inside functions and under TYPE_CHECKING: a circle through
@@ -16,6 +17,10 @@ ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = {"model": "xattn.model", "service": "xattn.service", "clients": "xattn.clients"}
 # model/'s layers, lowest first; a module at the top of model/ (pipeline, __main__) is above all
 LAYERS = ("audio", "net", "checkpoints", "decode", "transcribe", "live")
+# service/: the engine at the bottom, the faces above it (none imports another), the process
+# (modules at the top of service/) above all
+SERVICE_ENGINE = "engine"
+SERVICE_FACES = ("grpc", "http", "wyoming")
 
 
 def modules(root: Path = ROOT, folders: dict[str, str] = FOLDERS) -> dict[str, Path]:
@@ -149,6 +154,50 @@ def test_model_layers_import_only_lower_layers() -> None:
 
 def _name(rank: int) -> str:
     return LAYERS[rank] if rank < len(LAYERS) else "top"
+
+
+def service_room(module: str) -> str | None:
+    """The room of a module of xattn.service: "engine", a face's name or "top"; else None."""
+    parts = module.split(".")
+    if parts[:2] != ["xattn", "service"]:
+        return None
+    if len(parts) > 2 and parts[2] in (SERVICE_ENGINE, *SERVICE_FACES):
+        if len(parts) > 3 or (ROOT / "service" / parts[2] / "__init__.py").is_file():
+            return parts[2]
+    return "top"
+
+
+def service_import_allowed(source: str, target: str) -> bool:
+    """The engine imports only the engine; a face the engine and itself; the top anything."""
+    if source == "top":
+        return True
+    if source == SERVICE_ENGINE:
+        return target == SERVICE_ENGINE
+    return target in (SERVICE_ENGINE, source)
+
+
+def test_service_faces_stand_on_the_engine() -> None:
+    wrong = [
+        f"{module} ({service_room(module)}) imports {target} ({service_room(target)})"
+        for module, targets in graph().items()
+        if service_room(module) is not None
+        for target in sorted(targets)
+        if service_room(target) is not None
+        and not service_import_allowed(service_room(module), service_room(target))
+    ]
+    assert not wrong, "service/ imports against its rooms:\n" + "\n".join(wrong)
+
+
+def test_service_rooms_rule() -> None:
+    """The rule itself: a face importing another face, or the engine a face, is refused."""
+    assert service_room("xattn.service.engine.live") == "engine"
+    assert service_room("xattn.service.http.app") == "http"
+    assert service_room("xattn.service.server") == "top"
+    assert service_room("xattn.model.pipeline") is None
+    assert not service_import_allowed("http", "grpc")
+    assert not service_import_allowed("engine", "http")
+    assert not service_import_allowed("grpc", "top")
+    assert service_import_allowed("http", "engine") and service_import_allowed("top", "http")
 
 
 def test_one_way_boundaries() -> None:

@@ -25,7 +25,7 @@ from wording import word_distance, words_of
 
 from xattn.model.audio.features import decode_audio
 from xattn.service.background import BackgroundServer
-from xattn.service.rows import unpack
+from xattn.service.engine.rows import unpack
 from xattn.service.server import ServerConfig
 from xattn.v1 import transcriber_pb2 as pb
 from xattn.v1 import transcriber_pb2_grpc

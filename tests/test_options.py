@@ -90,7 +90,7 @@ def test_client_options_reach_decode_options() -> None:
     """clients.Options -> TranscriptionOptions -> DecodeOptions: every field, unset ones at
     openai-whisper's defaults, OFF as None, an empty suppress list kept empty."""
     from xattn.clients.options import OFF, Options
-    from xattn.service.convert import decode_options
+    from xattn.service.engine.convert import decode_options
     from xattn.v1 import transcriber_pb2 as pb
 
     plain = decode_options(Options().apply(pb.TranscriptionOptions()), False)

@@ -25,7 +25,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from xattn.model.pipeline import Pipeline, load_pipeline
 from xattn.service.__main__ import config_from_args, parse_args
 from xattn.service.background import BackgroundServer
-from xattn.service.security import AuthPolicy, SecurityConfigError, read_tokens
+from xattn.service.engine.tokens import AuthPolicy, SecurityConfigError, read_tokens
 from xattn.service.server import ServerConfig
 from xattn.v1 import transcriber_pb2 as pb
 from xattn.v1 import transcriber_pb2_grpc

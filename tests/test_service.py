@@ -27,8 +27,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from xattn.model.audio.features import decode_audio
 from xattn.model.pipeline import Pipeline, load_pipeline
 from xattn.service.background import BackgroundServer
-from xattn.service.engine import Counters, Engine
-from xattn.service.rows import unpack
+from xattn.service.engine.engine import Counters, Engine
+from xattn.service.engine.rows import unpack
 from xattn.service.server import ServerConfig
 from xattn.v1 import transcriber_pb2 as pb
 from xattn.v1 import transcriber_pb2_grpc

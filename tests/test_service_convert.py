@@ -1,4 +1,4 @@
-"""service.rows and service.convert without a server: selection, packing, request checks."""
+"""service.engine.rows and .convert without a server: selection, packing, request checks."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from xattn.model.audio.features import AudioError, AudioTooLongError
 from xattn.model.decode.decoding import DEFAULT_TEMPERATURES, OptionsError
 from xattn.model.decode.results import TokenEvent, Transcript, WindowDiscarded, WindowStart
 from xattn.model.net.dims import ModelDims
-from xattn.service import convert
-from xattn.service.rows import RowSpec, row_spec, unpack
+from xattn.service.engine import convert
+from xattn.service.engine.rows import RowSpec, row_spec, unpack
 from xattn.v1 import transcriber_pb2 as pb
 
 DIMS = ModelDims(80, 1500, 384, 6, 4, 51864, 448, 384, 6, 4)

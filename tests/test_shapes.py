@@ -37,8 +37,8 @@ from xattn.model.decode.tokenizer import Tokenizer, add_language_tokens
 from xattn.model.net.dims import ModelDims
 from xattn.model.net.whisper import Whisper
 from xattn.model.pipeline import load_pipeline
-from xattn.service.convert import model_info
-from xattn.service.engine import Limits
+from xattn.service.engine.convert import model_info
+from xattn.service.engine.engine import Limits
 
 WIDTH, HEADS = 64, 4
 

@@ -205,7 +205,7 @@ def test_bad_vad_options_are_refused(vad_options: VadOptions, message: str) -> N
 
 def test_proto_options_and_events_convert() -> None:
     from xattn.model.decode.results import FrameSpan, TimeSpan
-    from xattn.service import convert
+    from xattn.service.engine import convert
     from xattn.v1 import transcriber_pb2 as pb
 
     msg = pb.TranscriptionOptions(vad_filter=True, batch_size=8)
@@ -232,9 +232,9 @@ def test_client_rows_and_png_on_the_original_clock(filtered, tmp_path) -> None:
     from xattn.clients.api import model_info
     from xattn.clients.assemble import Assembler
     from xattn.clients.render.png import frame_pieces, write_png
-    from xattn.service import convert
-    from xattn.service.engine import Limits
-    from xattn.service.rows import row_spec
+    from xattn.service.engine import convert
+    from xattn.service.engine.engine import Limits
+    from xattn.service.engine.rows import row_spec
     from xattn.v1 import transcriber_pb2 as pb
 
     pipe = pipeline("tiny.en")

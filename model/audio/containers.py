@@ -1,7 +1,8 @@
 """Audio files to mono samples at their own rate, checked and bounded: libsndfile for
 WAV/FLAC/OGG/AIFF, which is exact for 16/24-bit PCM, PyAV (FFmpeg) for everything else (MP3,
 M4A, ...); channels averaged. Without torch: the server decodes untrusted files in worker
-processes of this module's size (xattn.service.decoders); xattn.model.audio.features resamples.
+processes of this module's size (xattn.service.engine.decoders); xattn.model.audio.features
+resamples.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
     WS   /v1/realtime?intent=transcription                     (service.http.realtime)
     GET  /health                                               (200 SERVING, else 503)
 
-A request goes through service.admit.start_transcription, as a gRPC one does: the same
+A request goes through service.engine.admit.start_transcription, as a gRPC one does: the same
 checks, defaults, admission and decoding; this module only reads forms and writes OpenAI's
 shapes. Bearer tokens, body limits and CORS are the server's (ServerConfig).
 """
@@ -30,16 +30,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from xattn.model.pipeline import Pipeline
-from xattn.service.admit import start_transcription
-from xattn.service.engine import Engine, Run
+from xattn.service.engine.admit import start_transcription
+from xattn.service.engine.engine import Engine, Run
+from xattn.service.engine.live import LiveSettings
+from xattn.service.engine.tokens import AuthPolicy
 from xattn.service.http import shapes
 from xattn.service.http.errors import ApiError, api_error, bad_param
 from xattn.service.http.forms import FormRequest, check_model_language, parse_form
 from xattn.service.http.models import pipeline_named
 from xattn.service.http.realtime import realtime_session
 from xattn.service.http.stream import Deltas, sse_events
-from xattn.service.live import LiveSettings
-from xattn.service.security import AuthPolicy
 from xattn.v1 import transcriber_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -116,7 +116,7 @@ class Api:
 
     # --- auth ---
     def _authorized(self, headers: Headers) -> bool:
-        """No tokens configured, or `Authorization: Bearer <one of them>` (service.security)."""
+        """No tokens configured, or `Authorization: Bearer <one of them>` (service.engine.tokens)."""
         return not self._auth.tokens or self._auth.accepts(headers.items())
 
     def _check_auth(self, request: Request) -> None:

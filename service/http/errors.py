@@ -1,6 +1,6 @@
 """Errors in OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`, with the HTTP
-status that matches: the same exceptions the gRPC servicer maps to statuses
-(service.servicer.error_status), seen through OpenAI's eyes."""
+status that matches: the row of service.engine.errors' table for the exception, the same row
+the gRPC servicer reads its status from."""
 
 from __future__ import annotations
 
@@ -9,23 +9,14 @@ import math
 import re
 from dataclasses import dataclass
 
-import grpc
 from starlette.responses import JSONResponse
 
-from xattn.service.engine import NotReady, Overloaded, UnknownModel
-from xattn.service.servicer import ResultTooLarge, error_status
+from xattn.service.engine.engine import NotReady, Overloaded
+from xattn.service.engine.errors import INTERNAL, fault_of
 
 log = logging.getLogger(__name__)
 
-# gRPC status -> (HTTP status, OpenAI error type)
-_BY_STATUS = {
-    grpc.StatusCode.INVALID_ARGUMENT: (400, "invalid_request_error"),
-    grpc.StatusCode.OUT_OF_RANGE: (413, "invalid_request_error"),
-    grpc.StatusCode.UNIMPLEMENTED: (400, "invalid_request_error"),
-    grpc.StatusCode.RESOURCE_EXHAUSTED: (429, "rate_limit_error"),
-    grpc.StatusCode.UNAVAILABLE: (503, "server_error"),
-    grpc.StatusCode.DEADLINE_EXCEEDED: (408, "timeout_error"),
-}
+NOT_READY_RETRY = 5.0  # seconds: Retry-After while the model loads
 
 
 @dataclass(frozen=True)
@@ -62,29 +53,17 @@ def api_error(e: BaseException) -> ApiError:
     """The ApiError for an exception the engine, the converter or the model raised."""
     if isinstance(e, ApiError):
         return e
-    if isinstance(e, UnknownModel):
-        return ApiError(404, str(e), param="model", code="model_not_found")
-    if isinstance(e, Overloaded):
-        return ApiError(
-            429,
-            str(e),
-            code="server_busy",
-            type="rate_limit_error",
-            retry_after=e.retry_after_ms / 1000,
-        )
-    if isinstance(e, NotReady):
-        return ApiError(503, str(e), code="not_ready", type="server_error", retry_after=5)
-    if isinstance(e, ResultTooLarge):
-        return ApiError(413, str(e), code="result_too_large")
-    code = error_status(e)
-    if code is None:
+    fault = fault_of(e)
+    if fault is None:
         log.error("request failed: %r", e)
-        return ApiError(500, f"internal error: {type(e).__name__}", type="server_error")
-    status, kind = _BY_STATUS.get(code, (400, "invalid_request_error"))
-    if code == grpc.StatusCode.OUT_OF_RANGE:
-        return ApiError(status, str(e), param="file", code="audio_too_long", type=kind)
-    param = _param_of(str(e))
-    return ApiError(status, str(e), param=param, code=code.name.lower(), type=kind)
+        return ApiError(INTERNAL.http, f"internal error: {type(e).__name__}", type=INTERNAL.kind)
+    retry = None
+    if isinstance(e, Overloaded):
+        retry = e.retry_after_ms / 1000
+    elif isinstance(e, NotReady):
+        retry = NOT_READY_RETRY
+    param = fault.param or _param_of(str(e))
+    return ApiError(fault.http, str(e), param, fault.code, fault.kind, retry)
 
 
 # the form fields a model or converter error may name first ("beam_size must be ...")

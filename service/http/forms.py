@@ -1,7 +1,7 @@
 """OpenAI's transcription form -> the proto's TranscriptionOptions and AlignmentOptions.
 
 The one table from OpenAI's fields (and the extras faster-whisper-based servers accept) to
-ours. Everything after it is the gRPC path: service.convert turns the options into
+ours. Everything after it is the gRPC path: service.engine.convert turns the options into
 DecodeOptions with the same defaults, so a form that sets nothing decodes as a gRPC request
 that sets nothing (beam 5, best-of 5, the temperature fallback ladder). Pure functions.
 """

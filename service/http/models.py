@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from xattn.model.pipeline import Pipeline
-from xattn.service.engine import Engine
+from xattn.service.engine.engine import Engine
 
 # OpenAI's transcription models: each means the server's default model
 OPENAI_MODELS = (

@@ -31,7 +31,8 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from xattn.model.audio import SAMPLE_RATE
 from xattn.model.audio.resample import StreamResampler
-from xattn.service.engine import Engine
+from xattn.service.engine.engine import Engine
+from xattn.service.engine.live import LiveSession, LiveSettings
 from xattn.service.http.realtime_session import (
     EventError,
     SessionConfig,
@@ -39,7 +40,6 @@ from xattn.service.http.realtime_session import (
     session_json,
     update_config,
 )
-from xattn.service.live import LiveSession, LiveSettings
 from xattn.v1 import transcriber_pb2 as pb
 
 log = logging.getLogger(__name__)

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from xattn.model.audio import SAMPLE_RATE, AudioError, AudioTooLongError
 from xattn.model.audio.vad import VadUnavailable
 from xattn.model.decode.decoding import DecodeOptions, OptionsError
-from xattn.service.engine import Engine, NotReady, Overloaded
+from xattn.service.engine.engine import Engine, NotReady, Overloaded
+from xattn.service.engine.live import IdleTimeout, StreamOrderError
 from xattn.service.http.models import pipeline_named
-from xattn.service.live import IdleTimeout, StreamOrderError
 from xattn.v1 import transcriber_pb2 as pb
 
 log = logging.getLogger(__name__)

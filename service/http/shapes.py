@@ -20,9 +20,9 @@ from datetime import timedelta
 import srt
 
 from xattn.model.net.dims import ModelDims
+from xattn.service.engine.rows import WIRE_DTYPES
 from xattn.service.http.forms import FormRequest
 from xattn.service.http.languages import language_name
-from xattn.service.rows import WIRE_DTYPES
 from xattn.v1 import transcriber_pb2 as pb
 
 DTYPE_NAMES = {pb.DATA_TYPE_FLOAT16: "float16", pb.DATA_TYPE_FLOAT32: "float32"}

@@ -40,9 +40,9 @@ from xattn.model.audio.features import (
 from xattn.model.decode.decoding import DecodeOptions, OptionsError
 from xattn.model.live.transcriber import LiveOptions, LiveResult, LiveTranscriber
 from xattn.model.live.vad_stream import SpeechEvent
-from xattn.service import convert
-from xattn.service.engine import Engine, Limits, LiveSlot
-from xattn.service.rows import RowSpec, row_spec
+from xattn.service.engine import convert
+from xattn.service.engine.engine import Engine, Limits, LiveSlot
+from xattn.service.engine.rows import RowSpec, row_spec
 from xattn.v1 import transcriber_pb2 as pb
 
 log = logging.getLogger(__name__)

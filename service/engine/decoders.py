@@ -6,7 +6,7 @@ found one, xattn.model.audio.DEMUXERS). Here each decode runs in a worker proces
 that dies takes only the request it was decoding, which gets an AudioError that says so, and
 a new worker replaces it. A decode that runs past `timeout` is killed the same way.
 
-A worker is `python -m xattn.service.decoders FD`, a fresh interpreter (nothing forked from a
+A worker is `python -m xattn.service.engine.decoders FD`, a fresh interpreter (nothing forked from a
 server with gRPC and torch threads) that serves decodes over the socket FD until it dies or
 the pool closes. It runs xattn.model.audio.containers.decode_native (no torch: ~70 MB, started in
 ~0.1 s) and returns mono samples at the file's own rate; the server resamples them
@@ -72,7 +72,7 @@ class _Worker:
     def __init__(self) -> None:
         ours, theirs = socket.socketpair()
         fd = theirs.fileno()
-        command = [sys.executable, "-m", "xattn.service.decoders", str(fd)]
+        command = [sys.executable, "-m", "xattn.service.engine.decoders", str(fd)]
         self.process = subprocess.Popen(
             command, pass_fds=(fd,), stdin=subprocess.DEVNULL, start_new_session=True
         )  # its own session: a terminal's ^C is the server's to handle

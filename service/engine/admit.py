@@ -3,9 +3,9 @@ servicer and the HTTP face, so both validate, default and decode alike."""
 
 from __future__ import annotations
 
-from xattn.service import convert
-from xattn.service.engine import Engine, Run
-from xattn.service.rows import row_spec
+from xattn.service.engine import convert
+from xattn.service.engine.engine import Engine, Run
+from xattn.service.engine.rows import row_spec
 from xattn.v1 import transcriber_pb2 as pb
 
 
@@ -19,7 +19,7 @@ def start_transcription(
     stream: bool,
 ) -> Run:
     """Validate everything cheap, then admit; the run's events are StreamTranscribeResponse
-    messages (`stream`) or one TranscribeResponse. Raises what service.servicer.error_status
+    messages (`stream`) or one TranscribeResponse. Raises what service.engine.errors
     maps: UnknownModel, OptionsError, AudioError, NotReady, Overloaded."""
     pipe = engine.pipeline_for(model)  # UnknownModel: INVALID_ARGUMENT
     rows = row_spec(alignment, default_mode, pipe.dims, pipe.alignment_heads)

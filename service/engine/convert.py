@@ -28,8 +28,8 @@ from xattn.model.live.transcriber import LiveOptions, LiveResult
 from xattn.model.live.vad_stream import BEGIN, END, END_OF_UTTERANCE, LIVE_VAD, SpeechEvent
 from xattn.model.net.dims import ModelDims
 from xattn.model.pipeline import Pipeline, compute_note
-from xattn.service.engine import Event, Limits, Timings
-from xattn.service.rows import RowSpec
+from xattn.service.engine.engine import Event, Limits, Timings
+from xattn.service.engine.rows import RowSpec
 from xattn.v1 import transcriber_pb2 as pb
 
 Workers = Callable[[str], int] | None  # a model's resolved worker count, by name
@@ -48,7 +48,7 @@ def audio_loader(
 ) -> Callable[[], np.ndarray]:
     """Check what can be checked without decoding; return the (slow) decode as a thunk; an
     encoded file's through `decode` (decode_audio's signature; the server's decodes in worker
-    processes, xattn.service.decoders).
+    processes, xattn.service.engine.decoders).
 
     Raises AudioError (AudioTooLongError) for audio that is missing, empty or too long.
     """

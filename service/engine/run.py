@@ -2,8 +2,8 @@
 
 A run's audio is decoded on a thread of its own that ends with it (`in_passing_thread`: the
 OpenMP team of a thread that resampled, kept alive, slowed every decoder step ~30 %), then it
-waits in its model's queue for a decode worker (xattn.service.engine). Each event is shaped on
-the worker (the caller's function, e.g. into a proto message) and handed to the event loop
+waits in its model's queue for a decode worker (xattn.service.engine.engine). Each event is
+shaped on the worker (the caller's function, e.g. into a proto message) and handed to the event loop
 through an asyncio queue, with a little backpressure. Cancelling the consumer (client cancel,
 deadline, shutdown) closes the generator within one token: its decoder steps leave the running
 batch at the next step.
@@ -27,7 +27,7 @@ from xattn.model.transcribe.sequential import Event
 
 
 class Engine(Protocol):
-    """What a run and a slot need of their engine (xattn.service.engine.Engine)."""
+    """What a run and a slot need of their engine (xattn.service.engine.engine.Engine)."""
 
     def enqueue(self, run: Run) -> None: ...
     def end(self, run: Run | None, outcome: str, model: str = "") -> None: ...
@@ -81,7 +81,7 @@ class Run(Generic[T]):
         self._started = False  # events() was entered (it ends the run however it ends)
         self.audio: np.ndarray | None = None  # decoded, waiting for a worker
         self.windows = 1  # 30 s windows of its audio, once decoded (the queue's wait)
-        self.bytes = 0  # the memory it holds on a worker (xattn.service.capacity)
+        self.bytes = 0  # the memory it holds on a worker (xattn.service.engine.capacity)
         self.claimed = False  # under the engine's lock: handed to a worker, or ended queued
 
     def timings(self) -> Timings:

@@ -1,7 +1,7 @@
 """The model's room on the server: its Pipelines, their decode workers, a bounded queue.
 
 A request is admitted (or refused with `Overloaded`), its audio decoded on a thread of its own
-(xattn.service.run), then its transcription generator runs on a decode worker thread of its
+(xattn.service.engine.run), then its transcription generator runs on a decode worker thread of its
 model. Continuous batching is the only path: every model's pipeline carries a StepBatcher
 (xattn.model.decode.step_batcher), so each worker's model work (log-mel, encoder, cross K/V)
 runs on the model's one model thread, taking turns with the others', and its cached decoder
@@ -9,12 +9,12 @@ steps (a beam search's beams are rows too) join the running batch as soon as its
 encoded and leave it when the window ends. Windows of different requests interleave there, so
 a long file does not hold a short request up for its whole duration.
 
-How many decode at once adapts to the machine (xattn.service.capacity: the memory budget over
+How many decode at once adapts to the machine (xattn.service.engine.capacity: the memory budget over
 each request's bytes, at most MAX_WORKERS; `--workers` caps it). Admission refuses when the
 work queued ahead would keep a new request waiting longer than `max_queue_wait` (or the queue
 holds `max_queue`), with a retry hint from the measured model time per window.
 
-A live stream (xattn.service.live) takes one admission slot for its whole duration
+A live stream (xattn.service.engine.live) takes one admission slot for its whole duration
 (`admit_live`); its steps run on `live_workers` threads of their own and their model work on
 the same model thread, so live decode steps share the batch with the files'.
 """
@@ -37,9 +37,9 @@ from xattn.model.decode.decoding import DecodeOptions, OptionsError
 from xattn.model.decode.results import TokenEvent, Transcript, WindowStart
 from xattn.model.pipeline import Pipeline
 from xattn.model.transcribe.sequential import Event
-from xattn.service import capacity
-from xattn.service.decoders import DecoderProcesses
-from xattn.service.run import END, Cancelled, LiveSlot, Run, T, Timings, in_passing_thread
+from xattn.service.engine import capacity
+from xattn.service.engine.decoders import DecoderProcesses
+from xattn.service.engine.run import END, Cancelled, LiveSlot, Run, T, Timings, in_passing_thread
 
 __all__ = ["Engine", "Limits", "LiveSlot", "NotReady", "Overloaded", "Run", "Timings"]
 __all__ += ["UnknownModel", "Counters", "Event", "in_passing_thread"]
@@ -53,7 +53,7 @@ WINDOW_AUDIO = 30.0  # seconds: the audio `auto_workers` sizes the workers for (
 class Limits:
     max_audio_seconds: float = 1800.0
     # transcriptions decoded at once, their steps batched; 0: as many as the memory budget
-    # holds (xattn.service.capacity.auto_workers), at most 16; N > 0 caps it at N
+    # holds (xattn.service.engine.capacity.auto_workers), at most 16; N > 0 caps it at N
     workers: int = 0
     max_queue: int = 64  # admitted transcriptions waiting for a worker, at most
     max_queue_wait: float = 30.0  # refuse when the queue ahead would take longer (seconds)
@@ -65,7 +65,7 @@ class Limits:
     # live decode steps in flight (each stream runs one at a time); their model work takes
     # turns on the model thread, their decoder steps join the batch
     live_workers: int = 8
-    # encoded files decoded at once, each in a worker process (xattn.service.decoders); 0: on
+    # encoded files decoded at once, each in a worker process (xattn.service.engine.decoders); 0: on
     # the server's own threads, where a crash in FFmpeg or libsndfile ends the server
     decode_processes: int = 2
 

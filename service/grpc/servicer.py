@@ -8,13 +8,12 @@ from contextlib import aclosing
 
 import grpc
 
-from xattn.model.audio.features import AudioError, AudioTooLongError
-from xattn.model.audio.vad import VadUnavailable
 from xattn.model.decode.decoding import OptionsError
-from xattn.service import convert
-from xattn.service.admit import start_transcription
-from xattn.service.engine import Engine, NotReady, Overloaded, Run
-from xattn.service.live import IdleTimeout, LiveSession, StreamOrderError, live_settings
+from xattn.service.engine import convert
+from xattn.service.engine.admit import start_transcription
+from xattn.service.engine.engine import Engine, NotReady, Overloaded, Run
+from xattn.service.engine.errors import ResultTooLarge, fault_of
+from xattn.service.engine.live import LiveSession, live_settings
 from xattn.v1 import transcriber_pb2 as pb
 from xattn.v1 import transcriber_pb2_grpc
 
@@ -32,25 +31,11 @@ Context = grpc.aio.ServicerContext
 Request = pb.TranscribeRequest | pb.StreamTranscribeRequest
 
 
-class ResultTooLarge(RuntimeError):
-    """A Transcribe result over the send limit (ask for fewer rows, or stream)."""
-
-
 def error_status(e: BaseException) -> grpc.StatusCode | None:
-    """The status a request error maps to; None for unexpected ones (INTERNAL)."""
-    if isinstance(e, AudioTooLongError):
-        return grpc.StatusCode.OUT_OF_RANGE
-    if isinstance(e, AudioError | OptionsError | StreamOrderError):
-        return grpc.StatusCode.INVALID_ARGUMENT
-    if isinstance(e, IdleTimeout):
-        return grpc.StatusCode.DEADLINE_EXCEEDED
-    if isinstance(e, NotReady):
-        return grpc.StatusCode.UNAVAILABLE
-    if isinstance(e, Overloaded | ResultTooLarge):
-        return grpc.StatusCode.RESOURCE_EXHAUSTED
-    if isinstance(e, VadUnavailable):
-        return grpc.StatusCode.UNIMPLEMENTED  # a feature this server was installed without
-    return None
+    """The status a request error maps to (service.engine.errors); None for unexpected ones
+    (INTERNAL)."""
+    fault = fault_of(e)
+    return grpc.StatusCode[fault.grpc] if fault is not None else None
 
 
 def retry_metadata(e: Overloaded) -> tuple[tuple[str, str | bytes], ...]:
@@ -85,7 +70,7 @@ async def abort_for(context: Context, e: BaseException) -> None:
 
 
 class TranscriberServicer(transcriber_pb2_grpc.TranscriberServicer):
-    """Thin: validation and shaping live in service.convert, running in service.engine."""
+    """Thin: validation and shaping live in service.engine.convert, running in the engine."""
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine

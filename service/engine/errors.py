@@ -1,0 +1,64 @@
+"""One table from what a request can fail with to what every face answers.
+
+Each face (gRPC, HTTP, Wyoming) reads its status from the `Fault` of the exception: the gRPC
+status name, the HTTP status with OpenAI's error type and code, and the code the faces without
+statuses of their own (Wyoming's `error` event) send. An exception that is in no row is a bug:
+the faces answer INTERNAL / 500 and log it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xattn.model.audio.features import AudioError, AudioTooLongError
+from xattn.model.audio.vad import VadUnavailable
+from xattn.model.decode.decoding import OptionsError
+from xattn.service.engine.engine import NotReady, Overloaded, UnknownModel
+from xattn.service.engine.live import IdleTimeout, StreamOrderError
+
+
+class ResultTooLarge(RuntimeError):
+    """A Transcribe result over the send limit (ask for fewer rows, or stream)."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    """How every face reports one kind of failure."""
+
+    grpc: str  # grpc.StatusCode's name
+    http: int  # HTTP status
+    kind: str  # OpenAI's error type
+    code: str  # OpenAI's error code; Wyoming's error code
+    param: str | None = None  # the form field it names, when it is always the same one
+    retry: bool = False  # the client may retry later (a hint comes with Overloaded)
+
+
+# most specific first: UnknownModel is an OptionsError, AudioTooLongError an AudioError
+TABLE: tuple[tuple[type[BaseException], Fault], ...] = (
+    (UnknownModel, Fault("INVALID_ARGUMENT", 404, "invalid_request_error", "model_not_found",
+                         "model")),
+    (AudioTooLongError, Fault("OUT_OF_RANGE", 413, "invalid_request_error", "audio_too_long",
+                              "file")),
+    (AudioError, Fault("INVALID_ARGUMENT", 400, "invalid_request_error", "invalid_argument")),
+    (OptionsError, Fault("INVALID_ARGUMENT", 400, "invalid_request_error", "invalid_argument")),
+    (StreamOrderError, Fault("INVALID_ARGUMENT", 400, "invalid_request_error",
+                             "invalid_argument")),
+    (IdleTimeout, Fault("DEADLINE_EXCEEDED", 408, "timeout_error", "deadline_exceeded")),
+    (NotReady, Fault("UNAVAILABLE", 503, "server_error", "not_ready", retry=True)),
+    (Overloaded, Fault("RESOURCE_EXHAUSTED", 429, "rate_limit_error", "server_busy",
+                       retry=True)),
+    (ResultTooLarge, Fault("RESOURCE_EXHAUSTED", 413, "invalid_request_error",
+                           "result_too_large")),
+    # a feature this server was installed without
+    (VadUnavailable, Fault("UNIMPLEMENTED", 400, "invalid_request_error", "unimplemented")),
+)  # fmt: skip
+
+INTERNAL = Fault("INTERNAL", 500, "server_error", "internal_error")
+
+
+def fault_of(e: BaseException) -> Fault | None:
+    """The fault an exception maps to; None for an unexpected one (INTERNAL, logged)."""
+    for kind, fault in TABLE:
+        if isinstance(e, kind):
+            return fault
+    return None
