@@ -335,17 +335,19 @@ def long_audio(folder: Path, copies: int) -> Path:
 def test_compose_down_drains_a_request_in_flight(stack: Stack, tmp_path: Path) -> None:
     """A StreamTranscribe still decoding when the server starts to drain (its end arrives
     after the server's log says so) completes, with the transcript an undisturbed call gets;
-    the server exits 0. The audio is as long as this machine, now, decodes in ~10 s (within
-    the stack's 25 s drain, and past the seconds `compose down` takes to send SIGTERM)."""
+    the server exits 0. The audio is one window, long enough that this machine, now, takes
+    3 s or more (past the second `compose down` takes to send SIGTERM; the stack's drain
+    allows 25 s)."""
     stack.wait_healthy("server")
     address = f"127.0.0.1:{stack.port('XATTN_PORT')}"
     with connect(address, timeout=30) as client:
-        started = time.monotonic()
-        client.transcribe(HELLO)
-        audio = long_audio(tmp_path, min(6, max(1, round(10 / (time.monotonic() - started)))))
-        started = time.monotonic()
-        expected = client.transcribe(audio).text  # undisturbed
-        undisturbed = time.monotonic() - started
+        for copies in (1, 3):  # 8.6 s, or 25.8 s where that decodes in under 3 s: one window
+            audio = long_audio(tmp_path, copies)
+            started = time.monotonic()
+            expected = client.transcribe(audio).text  # undisturbed
+            undisturbed = time.monotonic() - started
+            if undisturbed >= 3:
+                break
     server = stack.one("server")
     engine_env = {**os.environ, **stack.tools.env}
     waiter = subprocess.Popen(
