@@ -138,9 +138,10 @@ fi
 say "bases: $python_image, $haproxy_image"
 
 # --- torch ----------------------------------------------------------------------------------
+revision="$(git rev-parse HEAD 2>/dev/null || echo unknown)"
+created="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 build_args=(--build-arg "PYTHON_IMAGE=$python_image" --build-arg "HAPROXY_IMAGE=$haproxy_image"
-    --build-arg "VCS_REF=$(git rev-parse HEAD 2>/dev/null || echo unknown)"
-    --build-arg "BUILD_DATE=$(date -u +%Y-%m-%dT%H:%M:%SZ)")
+    --build-arg "VCS_REF=$revision" --build-arg "BUILD_DATE=$created")
 if reachable https://download.pytorch.org/whl/cpu/torch/; then
     rm -f deploy/wheels/torch-*.whl deploy/wheels/torchaudio-*.whl
     say "torch: constraints.txt's versions from https://download.pytorch.org/whl/cpu"
@@ -163,6 +164,16 @@ start=$(date +%s)
 status=${PIPESTATUS[0]}
 seconds=$(($(date +%s) - start))
 ((status == 0)) || { say "the build failed (log: $state/build.log)" >&2; exit "$status"; }
+if [[ "$engine" == podman ]]; then
+    # buildah reuses a cached LABEL step whatever its build arguments are: stamp this build's
+    # commit and time on (a metadata-only layer; Docker's cache sees the arguments)
+    local stamp
+    stamp="$(mktemp -d)"
+    printf 'FROM xattn:local\nLABEL org.opencontainers.image.revision="%s" org.opencontainers.image.created="%s"\n' \
+        "$revision" "$created" > "$stamp/Dockerfile"
+    podman build -q --no-cache -t xattn:local "$stamp" >/dev/null
+    rm -rf "$stamp"
+fi
 say "build time: ${seconds} s"
 size="$("$engine" image inspect xattn:local --format '{{.Size}}')"
 say "image xattn:local: $((size / 1000000)) MB ($(numfmt --to=iec "$size" 2>/dev/null || echo "$size B"))"
@@ -180,6 +191,7 @@ print("  python", sys.version.split()[0], "| torch", torch.__version__, "| venv"
 
 # --- the stack --------------------------------------------------------------------------------
 export XATTN_COMPOSE_CHECK=1 XATTN_CHECK_ENGINE="$engine" XATTN_CHECK_COMPOSE="${compose[*]}"
+export XATTN_CHECK_REVISION="$revision"
 say "running tests/test_compose_stack.py"
 local status=0 begun=$SECONDS
 "$PYTHON" -m pytest -v -s -rs -p no:cacheprovider tests/test_compose_stack.py \

@@ -150,6 +150,8 @@ def test_image_labels_and_the_kubernetes_manifests(tools: Tools) -> None:
     oci = {k.removeprefix("org.opencontainers.image."): v for k, v in labels.items()}
     assert oci["title"] == "xattn" and oci["version"] and oci["description"], labels
     assert oci["revision"] and oci["created"] and oci["base.name"], labels
+    if os.environ.get("XATTN_CHECK_REVISION"):  # the commit deploy/compose_check.sh built
+        assert oci["revision"] == os.environ["XATTN_CHECK_REVISION"], labels
     assert image["User"] == "xattn"
     # Docker: Config.Healthcheck; podman: Healthcheck (built in the Docker format: OCI's has none)
     health = (image.get("Healthcheck") or whole.get("Healthcheck") or {}).get("Test") or []
