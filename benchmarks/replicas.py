@@ -59,6 +59,29 @@ def health(address: str, timeout: float = 2.0) -> int | None:
     return int(reply.status)
 
 
+def stats_csv(port: int) -> str | None:
+    """The stats page of an HAProxy (haproxy.cfg's `frontend stats`) on 127.0.0.1:`port` as
+    CSV; None while it does not answer."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/;csv", timeout=2) as reply:
+            return str(reply.read().decode())
+    except OSError:
+        return None
+
+
+def stats_servers(port: int, backend: str = "xattn") -> dict[str, dict[str, str]]:
+    """The stats CSV rows of a backend's servers, by server name ({} while none answers)."""
+    text = stats_csv(port)
+    if text is None:
+        return {}
+    rows = csv.DictReader(io.StringIO(text.lstrip("# ")))
+    return {
+        r["svname"]: r
+        for r in rows
+        if r["pxname"] == backend and r["svname"] not in ("FRONTEND", "BACKEND")
+    }
+
+
 def wait_until(predicate: object, what: str, timeout: float, poll: float = 0.1) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():  # type: ignore[operator]
@@ -266,24 +289,11 @@ class Balancer(Started):
 
     def stats_csv(self) -> str | None:
         """HAProxy's stats page as CSV; None while it does not answer."""
-        url = f"http://127.0.0.1:{self.stats_port}/;csv"
-        try:
-            with urllib.request.urlopen(url, timeout=2) as reply:
-                return str(reply.read().decode())
-        except OSError:
-            return None
+        return stats_csv(self.stats_port)
 
     def servers(self, backend: str = "xattn") -> dict[str, dict[str, str]]:
         """HAProxy's stats CSV rows of a backend's servers, by server name."""
-        text = self.stats_csv()
-        if text is None:
-            return {}
-        rows = csv.DictReader(io.StringIO(text.lstrip("# ")))
-        return {
-            r["svname"]: r
-            for r in rows
-            if r["pxname"] == backend and r["svname"] not in ("FRONTEND", "BACKEND")
-        }
+        return stats_servers(self.stats_port, backend)
 
     def up(self, backend: str = "xattn") -> set[str]:
         return {name for name, row in self.servers(backend).items() if row["status"] == "UP"}

@@ -380,8 +380,10 @@ def test_client_service_runs_the_demo() -> None:
     assert args.audio == ["samples/hello.wav"]
     assert (ROOT / args.audio[0]).is_file()
 
-    mounts = {v.split(":")[1]: v.split(":")[0] for v in client["volumes"]}
-    assert mounts["/out"] == "./out"
+    mounts = {
+        v.split(":")[1]: v.split(":")[0] for v in map(interpolate_defaults, client["volumes"])
+    }
+    assert mounts["/out"] == "./out" and client["volumes"] == ["${XATTN_OUT:-./out}:/out"]
     for out in (args.html, args.png):
         assert out and PurePosixPath(out).parent == PurePosixPath("/out")
 
@@ -395,7 +397,7 @@ def test_inspector_service_serves_out() -> None:
 
     assert importlib.util.find_spec("http.server") is not None
     directory = command[command.index("--directory") + 1]
-    mounts = {v.split(":")[1]: v for v in inspector["volumes"]}
+    mounts = {v.split(":")[1]: v for v in map(interpolate_defaults, inspector["volumes"])}
     assert mounts[directory] == "./out:/out:ro"
     assert command[command.index("--bind") + 1] == "0.0.0.0"
     container_port = command[3]
@@ -426,6 +428,67 @@ def test_commands_exist_in_the_image() -> None:
         for word in service["command"]:  # relative paths the command reads
             if word.startswith("samples/"):
                 assert app / word in files, f"{name}: {word} is not in the image"
+
+
+def test_containers_run_as_the_images_user_on_a_read_only_root() -> None:
+    """Every service of the image: the user XATTN_UID:XATTN_GID (default: the Dockerfile's
+    user), a read-only root filesystem, /tmp a tmpfs (MPLCONFIGDIR=/tmp/matplotlib)."""
+    text = DOCKERFILE.read_text()
+    uid = re.search(r"ARG XATTN_UID=(\d+)", text)
+    gid = re.search(r"ARG XATTN_GID=(\d+)", text)
+    assert uid and gid
+    services = load_compose()["services"]
+    for name, service in services.items():
+        if service.get("image") != "xattn:local":
+            assert service.get("read_only") is True, name  # the balancer writes nothing either
+            continue
+        assert interpolate_defaults(service["user"]) == f"{uid[1]}:{gid[1]}", name
+        assert service["user"] == "${XATTN_UID:-1000}:${XATTN_GID:-1000}", name
+        assert service["read_only"] is True and service["tmpfs"] == ["/tmp"], name
+    assert "MPLCONFIGDIR=/tmp/" in text
+    # what the services write to: only the client's ./out (the inspector reads it), and the
+    # monitoring profile's databases (named volumes)
+    writable = {
+        name: [v for v in service.get("volumes", []) if not v.endswith(":ro")]
+        for name, service in services.items()
+    }
+    assert {name: vols for name, vols in writable.items() if vols} == {
+        "client": ["${XATTN_OUT:-./out}:/out"],
+        "prometheus": ["prometheus-data:/prometheus"],
+        "grafana": ["grafana-data:/var/lib/grafana"],
+    }
+
+
+def test_the_docs_compose_commands_name_what_exists() -> None:
+    """Every `docker compose ...` line of README.md and docs/: its files (-f), profiles and
+    services exist (tests/test_compose_stack.py runs them for real under `make compose-check`)."""
+    services = load_compose()["services"]
+    profiles = {p for s in services.values() for p in s.get("profiles", [])}
+    subcommands = {"up", "down", "run", "build", "config", "logs", "ps", "stop", "exec"}
+    lines = [
+        line.split("#")[0]
+        for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+        for line in page.read_text().splitlines()
+        if re.match(r"\s*docker compose ", line.split("#")[0])
+    ]
+    assert len(lines) >= 6, lines
+    for line in lines:
+        words = line.split()[2:]
+        for flag, value in zip(words, words[1:], strict=False):
+            if flag == "-f":
+                assert (ROOT / value).is_file(), line
+            elif flag == "--profile":
+                assert value in profiles, line
+        command = next(w for w in words if w in subcommands)
+        rest = words[words.index(command) + 1 :]
+        named = [
+            w
+            for i, w in enumerate(rest)
+            if not w.startswith("-")
+            and "=" not in w
+            and (i == 0 or rest[i - 1] not in ("--scale", "-f", "--profile"))
+        ]
+        assert set(named) <= set(services), line
 
 
 # --- Dockerfile and .dockerignore ---------------------------------------------------------------
@@ -487,6 +550,20 @@ def test_dockerfile_installs_cpu_torch_and_the_project_at_the_constraints() -> N
     for folder in PYPROJECT["tool"]["setuptools"]["package-dir"].values():
         assert folder in copied, folder
     assert {"pyproject.toml", "constraints.txt"} <= copied
+
+
+def test_dockerfile_labels_and_a_runtime_without_a_compiler() -> None:
+    runtime = stages()[-1]
+    labels = " ".join(rest for keyword, rest in runtime["steps"] if keyword == "LABEL")
+    found = dict(re.findall(r'org\.opencontainers\.image\.(\w+(?:\.\w+)?)="([^"]*)"', labels))
+    assert {"title", "description", "version", "revision", "created", "base.name"} <= set(found)
+    assert found["version"] == "${XATTN_VERSION}" and found["base.name"] == "${PYTHON_IMAGE}"
+    version = re.search(r"^ARG XATTN_VERSION=(\S+)$", DOCKERFILE.read_text(), re.M)
+    assert version and version[1] == PYPROJECT["project"]["version"]
+    # the compiler (g++, for the C++ decoder step) is installed in the build stage only
+    for keyword, rest in runtime["steps"]:
+        assert not (keyword == "RUN" and "apt-get install" in rest), rest
+    assert any("g++" in rest for keyword, rest in stages()[0]["steps"] if keyword == "RUN")
 
 
 def test_dockerignore_keeps_what_the_dockerfile_copies() -> None:

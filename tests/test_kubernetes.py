@@ -11,7 +11,9 @@
   ordered (terminationGracePeriodSeconds > preStop + XATTN_GRACE); XATTN_* are real server
   flags; non-root with the image's uid, read-only root filesystem with a writable /tmp;
   memory limits above the measured peak RSS; the overlay's secret paths are the files
-  deploy/make_secrets.sh writes.
+  deploy/make_secrets.sh writes;
+- the same image as docker-compose.yml, run the same way: ports, health probe, non-root user
+  (the Dockerfile's), read-only root with /tmp writable, settings, limits, stop grace.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from kustomize import Doc, by_kind, render
 ROOT = Path(__file__).resolve().parent.parent
 KUBE = ROOT / "deploy" / "kubernetes"
 BASE, PRODUCTION = KUBE / "base", KUBE / "overlays" / "production"
+DOCKERFILE = ROOT / "Dockerfile"
 VERSIONS = ("1.30.0", kubernetes_validate.latest_version())
 MEASURED_PEAK_RSS = 1.4 * 2**30  # bytes: tiny.en, one worker, 8-16 streams (README)
 
@@ -374,3 +377,111 @@ def test_optional_service_monitor_selects_one_service() -> None:
     service_ports = {p["name"] for p in base[("Service", "xattn")]["spec"]["ports"]}
     assert endpoint["port"] in service_ports and endpoint["path"] == "/metrics"
     assert re.fullmatch(r"\d+s", endpoint["interval"]) and endpoint["scheme"] == "http"
+
+
+# --- the same image, run the same way as docker-compose.yml -----------------------------------
+
+
+def agreement_problems(compose: Doc, deployment_doc: Doc) -> list[str]:
+    """Where deploy/kubernetes and docker-compose.yml (with the Dockerfile) disagree about the
+    image and how it runs: its ports, its health probe, its non-root user, its read-only root
+    with a writable /tmp, the server's settings, the resources, a stop grace over the drain."""
+    from test_compose import instructions, interpolate_defaults, seconds
+
+    server = compose["services"]["server"]
+    pod = deployment_doc["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    problems = []
+
+    def differ(what: str, kube: object, other: object) -> None:
+        if kube != other:
+            problems.append(f"{what}: {kube!r} in Kubernetes, {other!r} in compose/Dockerfile")
+
+    image = c["image"].rsplit(":", 1)[0].rsplit("/", 1)[-1]
+    differ("image", image, server["image"].split(":")[0])
+    steps = instructions()
+    docker_env = dict(
+        kv.split("=", 1) for k, rest in steps if k == "ENV" for kv in rest.split() if "=" in kv
+    )
+    exposed = {p for k, rest in steps if k == "EXPOSE" for p in rest.split()}
+    compose_env = {k: interpolate_defaults(str(v)) for k, v in server["environment"].items()}
+    ports = {p["name"]: str(p["containerPort"]) for p in c["ports"]}
+    differ("gRPC port", ports.get("grpc"), compose_env["XATTN_PORT"])
+    differ("HTTP port", ports.get("http"), compose_env["XATTN_HTTP_PORT"])
+    differ("ports the image exposes", set(ports.values()), exposed)
+    differ("the image's gRPC port", ports.get("grpc"), docker_env.get("XATTN_PORT"))
+    kube_env = env_of(c)
+    for name in sorted(set(kube_env) & set(compose_env)):
+        differ(f"env {name}", kube_env[name], compose_env[name])
+    # the health check: compose's (and the image's HEALTHCHECK) probe script, or the same
+    # gRPC health service on the same port; startup at least as patient as start_period
+    script = server["healthcheck"]["test"][-1]
+    healthcheck = next(rest for k, rest in steps if k == "HEALTHCHECK")
+    if script not in healthcheck:
+        problems.append(f"compose's health check {script} is not the image's: {healthcheck}")
+    for name in ("startupProbe", "livenessProbe"):
+        probe = c[name]
+        if "exec" in probe:
+            differ(
+                f"{name} script", script, next(w for w in probe["exec"]["command"] if ".py" in w)
+            )
+        else:
+            differ(f"{name} gRPC port", str(probe.get("grpc", {}).get("port")), ports.get("grpc"))
+    startup = c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"]
+    if startup < seconds(server["healthcheck"]["start_period"]):
+        problems.append(f"the startup probe gives up after {startup} s, before start_period")
+    # the user and the filesystem
+    uid, gid = interpolate_defaults(server["user"]).split(":")
+    security = pod["securityContext"]
+    differ("uid", str(security.get("runAsUser")), uid)
+    differ("gid", str(security.get("runAsGroup")), gid)
+    differ("the image's uid", uid, re.search(r"ARG XATTN_UID=(\d+)", DOCKERFILE.read_text())[1])
+    differ("runAsNonRoot", security.get("runAsNonRoot"), True)
+    differ(
+        "read-only root", c["securityContext"].get("readOnlyRootFilesystem"), server["read_only"]
+    )
+    mounts = {m["mountPath"] for m in c.get("volumeMounts", [])}
+    differ("writable /tmp", "/tmp" in mounts, "/tmp" in server.get("tmpfs", []))
+    # resources and the stop
+    limits = c["resources"]["limits"]
+    compose_limits = server["deploy"]["resources"]["limits"]
+    differ("CPU limit", str(limits["cpu"]), interpolate_defaults(str(compose_limits["cpus"])))
+    memory = interpolate_defaults(str(compose_limits["memory"]))
+    differ("memory limit", quantity(limits["memory"]), quantity(memory.replace("G", "Gi")))
+    drain = float(compose_env["XATTN_GRACE"]) + 5
+    for what, grace in (
+        ("terminationGracePeriodSeconds", pod.get("terminationGracePeriodSeconds", 30)),
+        ("stop_grace_period", seconds(server["stop_grace_period"])),
+    ):
+        if grace < drain:
+            problems.append(f"{what} {grace} s does not cover the drain ({drain} s)")
+    return problems
+
+
+def test_kubernetes_agrees_with_compose_and_the_image() -> None:
+    from test_compose import load_compose
+
+    compose = load_compose()
+    for folder in (BASE, PRODUCTION):
+        assert agreement_problems(compose, deployment(by_kind(render(folder)))) == [], folder
+    images = yaml.safe_load((PRODUCTION / "kustomization.yaml").read_text())["images"]
+    assert [i["name"] for i in images] == [compose["services"]["server"]["image"].split(":")[0]]
+    base = deployment(by_kind(render(BASE)))
+    for change, expected in (
+        (
+            lambda d, c: d["spec"]["template"]["spec"]["securityContext"].update(runAsUser=1001),
+            "uid",
+        ),
+        (lambda d, c: _first_container(d)["ports"][0].update(containerPort=50061), "gRPC port"),
+        (
+            lambda d, c: c["services"]["server"]["healthcheck"].update(test=["CMD", "true"]),
+            "health",
+        ),
+        (lambda d, c: c["services"]["server"].update(read_only=False), "read-only root"),
+        (lambda d, c: c["services"]["server"].update(user="0:0"), "uid"),
+        (lambda d, c: _first_container(d).update(image="other:local"), "image"),
+    ):
+        d, c = copy.deepcopy(base), copy.deepcopy(compose)
+        change(d, c)
+        problems = agreement_problems(c, d)
+        assert any(expected in p for p in problems), (expected, problems)

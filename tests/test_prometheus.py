@@ -225,15 +225,19 @@ def test_grafana_provisioning_points_at_the_dashboard() -> None:
 
 
 def test_compose_monitoring_profile_mounts_these_files() -> None:
-    """docker-compose.yml's `monitoring` profile: Prometheus and Grafana read deploy/monitoring,
-    and Prometheus scrapes the server's HTTP port."""
-    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    """docker-compose.yml's `monitoring` profile: Prometheus and Grafana read deploy/monitoring
+    (and write only their named data volumes), and Prometheus scrapes the server's HTTP port."""
+    whole = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    compose = whole["services"]
     for name in ("prometheus", "grafana"):
         assert compose[name]["profiles"] == ["monitoring"]
         for volume in compose[name]["volumes"]:
             source = volume.split(":")[0]
+            if not source.startswith("."):  # a named volume: its database
+                assert source in whole["volumes"] and not volume.endswith(":ro"), volume
+                continue
             assert (ROOT / source).exists(), (name, volume)
-            assert source.startswith("./deploy/monitoring/")
+            assert source.startswith("./deploy/monitoring/") and volume.endswith(":ro")
     http_port = compose["server"]["environment"]["XATTN_HTTP_PORT"]
     scrape = yaml.safe_load((MONITORING / "prometheus.yml").read_text())["scrape_configs"]
     (server,) = [job for job in scrape if job["job_name"] == "xattn"]
