@@ -33,10 +33,6 @@ import dataclasses
 import gzip
 import json
 import logging
-import os
-import signal
-import subprocess
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -48,7 +44,7 @@ import torch
 from benchmarks.live_match import words_of
 from benchmarks.live_scale_clients import DRAIN, Stream, feed, level
 from benchmarks.load_peer import peer_python
-from benchmarks.replicas import Started, free_port, wait_until
+from benchmarks.replicas import Spawned, clean_env, free_port, wait_until
 from benchmarks.service import cpu_seconds, reset_peak, rss_mb
 from benchmarks.wer import faster_whisper_dir
 from xattn.clients.streaming import CHUNK_SECONDS, RATE
@@ -75,23 +71,17 @@ def openai_weights(model: str, folder: Path) -> tuple[Path, str]:
     return path, base64.b85encode(gzip.compress(mask.tobytes())).decode()
 
 
-class WlkServer(Started):
+class WlkServer(Spawned):
     """One WhisperLiveKit server on a free loopback port, until stop()."""
 
-    def __init__(self, python: Path, model: str) -> None:
-        self.python, self.model = python, model
-        self.port = 0
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._folder = tempfile.TemporaryDirectory(prefix="xattn-wlk-")
+    name = "WhisperLiveKit"
 
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
+    def __init__(self, python: Path, model: str) -> None:
+        super().__init__("xattn-wlk-")
+        self.python, self.model = python, model
 
     def command(self) -> list[str]:
-        folder = Path(self._folder.name)
-        pt, heads = openai_weights(self.model, folder)
+        pt, heads = openai_weights(self.model, self.folder)
         language = "en" if self.model.endswith(".en") else "auto"
         return [
             *(str(self.python), "-m", "whisperlivekit.basic_server"),
@@ -103,36 +93,17 @@ class WlkServer(Started):
 
     def start(self, timeout: float = 300.0) -> WlkServer:
         self.port = free_port()
-        command = self.command()
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-        env |= {"HF_HUB_OFFLINE": "1"}
-        self.log = Path(self._folder.name) / "server.log"
-        with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(
-                command, cwd=self._folder.name, env=env, stdout=out, stderr=subprocess.STDOUT
-            )
+        self.spawn(self.command(), clean_env(HF_HUB_OFFLINE="1"))
         wait_until(self._ready, f"WhisperLiveKit on port {self.port}", timeout, 0.5)
         return self
 
     def _ready(self) -> bool:
-        if self.proc is not None and self.proc.poll() is not None:
-            tail = self.log.read_text(errors="replace").strip().splitlines()[-8:]
-            raise RuntimeError(f"WhisperLiveKit exited {self.proc.returncode}: {' / '.join(tail)}")
+        self.alive()
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
                 return bool(json.loads(r.read()).get("ready"))
         except OSError:
             return False
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._folder.cleanup()
 
 
 class Committed:

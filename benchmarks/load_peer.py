@@ -26,16 +26,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import signal
 import subprocess
 import sys
-import tempfile
 import urllib.request
 from importlib import metadata
 from pathlib import Path
 
-from benchmarks.replicas import Started, free_port, wait_until
+from benchmarks.replicas import Spawned, clean_env, free_port, wait_until
 from benchmarks.service import rss_mb
 
 log = logging.getLogger(__name__)
@@ -107,43 +104,29 @@ def peer_config(model_dir: Path, beam: int, threads: int) -> dict:
     }
 
 
-class PeerServer(Started):
+class PeerServer(Spawned):
     """One faster-whisper-server process on a free loopback port, until stop() (SIGTERM, then
     SIGKILL after 30 s)."""
 
-    def __init__(self, python: Path, model_dir: Path, beam: int, threads: int = 2) -> None:
-        self.python, self.config = python, peer_config(model_dir, beam, threads)
-        self.port = 0
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._folder = tempfile.TemporaryDirectory(prefix="xattn-peer-")
+    name = "faster-whisper-server"
 
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
+    def __init__(self, python: Path, model_dir: Path, beam: int, threads: int = 2) -> None:
+        super().__init__("xattn-peer-")
+        self.python, self.config = python, peer_config(model_dir, beam, threads)
 
     def start(self, timeout: float = 120.0) -> PeerServer:
-        config = Path(self._folder.name) / "config.yaml"
+        config = self.folder / "config.yaml"
         config.write_text(json.dumps(self.config, indent=1))
         self.port = free_port()
         command = [str(self.python), "-m", "faster_whisper_server", "--config", str(config)]
         command += ["--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning"]
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-        env["OMP_NUM_THREADS"] = str(self.config["models"][0]["model_options"]["cpu_threads"])
-        self.log = Path(self._folder.name) / "server.log"  # uvicorn logs every request
-        with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(
-                command, cwd=self._folder.name, env=env, stdout=out, stderr=subprocess.STDOUT
-            )
+        threads = str(self.config["models"][0]["model_options"]["cpu_threads"])
+        self.spawn(command, clean_env(OMP_NUM_THREADS=threads))  # uvicorn logs every request
         wait_until(self._healthy, f"faster-whisper-server on port {self.port}", timeout, 0.2)
         return self
 
     def _healthy(self) -> bool:
-        if self.proc is not None and self.proc.poll() is not None:
-            tail = self.log.read_text(errors="replace").strip().splitlines()[-5:]
-            raise RuntimeError(
-                f"faster-whisper-server exited with {self.proc.returncode}: {' / '.join(tail)}"
-            )
+        self.alive()
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
                 return r.status == 200
@@ -153,13 +136,3 @@ class PeerServer(Started):
     def rss(self) -> tuple[float, float]:
         """Its resident memory now and at its peak (since reset_peak), MB."""
         return rss_mb(self.pid)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._folder.cleanup()

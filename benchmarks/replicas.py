@@ -25,6 +25,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -113,6 +114,54 @@ class Started:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment for a server of another venv (no PYTHONPATH, VIRTUAL_ENV or
+    XATTN_ settings of ours), with `extra` on top."""
+    keep = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    return {k: v for k, v in keep.items() if not k.startswith("XATTN_")} | extra
+
+
+class Spawned(Started):
+    """One server process with a temporary folder of its own (`folder`), its output in
+    `log`; stop(): SIGTERM, then SIGKILL after 30 s, and the folder removed."""
+
+    name = "server"
+
+    def __init__(self, prefix: str) -> None:
+        self.port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._folder = tempfile.TemporaryDirectory(prefix=prefix)
+        self.folder = Path(self._folder.name)
+        self.log = self.folder / "server.log"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def spawn(self, command: list[str], env: dict[str, str], cwd: Path | None = None) -> None:
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                command, cwd=cwd or self.folder, env=env, stdout=out, stderr=subprocess.STDOUT
+            )
+
+    def alive(self) -> None:
+        """RuntimeError with the log's last lines if the process has exited."""
+        if self.proc is not None and self.proc.poll() is not None:
+            tail = self.log.read_text(errors="replace").strip().splitlines()[-8:]
+            raise RuntimeError(f"{self.name} exited {self.proc.returncode}: {' / '.join(tail)}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._folder.cleanup()
 
 
 class Replicas(Started):

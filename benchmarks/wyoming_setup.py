@@ -15,11 +15,8 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import subprocess
 import sys
-import tempfile
 import wave
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +25,7 @@ import numpy as np
 from wyoming.client import AsyncTcpClient
 from wyoming.info import Describe
 
-from benchmarks.replicas import Started, free_port, wait_until
+from benchmarks.replicas import Spawned, clean_env, free_port, wait_until
 from benchmarks.wer import EVAL, clips, faster_whisper_dir
 from xattn.model.audio.features import decode_audio
 
@@ -138,48 +135,25 @@ async def _answers(port: int) -> bool:
         await client.disconnect()
 
 
-class Process(Started):
+class Process(Spawned):
     """A Wyoming server process on a free loopback port, until stop() (SIGTERM, then kill)."""
 
-    name = "server"
-
     def __init__(self, threads: int) -> None:
+        super().__init__("xattn-wyoming-")
         self.threads = threads
         self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._folder = tempfile.TemporaryDirectory(prefix="xattn-wyoming-")
-        self.folder = Path(self._folder.name)
 
     def command(self) -> list[str]:
         raise NotImplementedError
 
     def start(self, timeout: float = 600.0) -> Process:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("XATTN_")}
-        env = {k: v for k, v in env.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-        env["OMP_NUM_THREADS"] = str(self.threads)
-        self.log = self.folder / "server.log"
-        with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(
-                self.command(), cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
-            )
+        self.spawn(self.command(), clean_env(OMP_NUM_THREADS=str(self.threads)), cwd=ROOT)
         wait_until(self._ready, f"{self.name} never answered describe", timeout, 0.5)
         return self
 
     def _ready(self) -> bool:
-        if self.proc is not None and self.proc.poll() is not None:
-            tail = self.log.read_text(errors="replace")[-2000:]
-            raise RuntimeError(f"{self.name} exited {self.proc.returncode}: {tail}")
+        self.alive()
         return asyncio.run(_answers(self.port))
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._folder.cleanup()
 
 
 class Xattn(Process):
