@@ -19,7 +19,7 @@ import torch
 
 from benchmarks.workers import Workers
 from xattn.model.audio.features import decode_audio
-from xattn.model.checkpoints import _package_dir, load_checkpoint, to_openai_state_dict
+from xattn.model.checkpoints import _package_dir
 from xattn.model.decode.decoding import DecodeOptions
 from xattn.model.decode.results import Transcript
 from xattn.model.pipeline import Pipeline, load_pipeline
@@ -35,20 +35,11 @@ def key(clip: str, beam: int, case: str) -> str:
     return f"{clip}|{beam}|{case}"
 
 
-def openai_model(name: str):
-    """openai-whisper's model on our checkpoint's weights, alignment heads from its config."""
-    import whisper
-    from whisper.model import ModelDimensions
+def openai_model(name: str):  # noqa: ANN201 (openai-whisper's Whisper, imported late)
+    """openai-whisper's model on our checkpoint's weights (the differential tests' own)."""
+    from tests.openai_ref import reference_model
 
-    ckpt = load_checkpoint(name)
-    dims = ModelDimensions(**vars(ckpt.dims))
-    ref = whisper.model.Whisper(dims)
-    ref.load_state_dict(to_openai_state_dict(ckpt))
-    mask = torch.zeros(dims.n_text_layer, dims.n_text_head, dtype=torch.bool)
-    for layer, head in ckpt.alignment_heads:
-        mask[layer, head] = True
-    ref.register_buffer("alignment_heads", mask.to_sparse(), persistent=False)
-    return ref.eval()
+    return reference_model(name)
 
 
 def ct2_dir(name: str) -> Path | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -22,6 +22,7 @@ from xattn.model.decode.results import (
     Transcript,
     WindowDiscarded,
     WindowStart,
+    WordTiming,
 )
 from xattn.model.decode.tokenizer import APPEND_PUNCTUATIONS, PREPEND_PUNCTUATIONS
 from xattn.model.live.transcriber import LiveOptions, LiveResult
@@ -197,6 +198,12 @@ def window_discarded(event: WindowDiscarded) -> pb.WindowDiscarded:
     )
 
 
+def words(timings: Iterable[WordTiming]) -> list[pb.Word]:
+    return [
+        pb.Word(word=w.word, start=w.start, end=w.end, probability=w.probability) for w in timings
+    ]
+
+
 def segment(seg: Segment) -> pb.Segment:
     return pb.Segment(
         id=seg.id,
@@ -210,10 +217,7 @@ def segment(seg: Segment) -> pb.Segment:
         avg_logprob=seg.avg_logprob,
         compression_ratio=seg.compression_ratio,
         no_speech_prob=seg.no_speech_prob,
-        words=[
-            pb.Word(word=w.word, start=w.start, end=w.end, probability=w.probability)
-            for w in seg.words
-        ],
+        words=words(seg.words),
     )
 
 
@@ -427,10 +431,7 @@ def live_result(result: LiveResult, first: int, rows: RowSpec) -> pb.StreamingRe
         text=result.text,
         buffer_offset=result.buffer_offset,
         audio_seconds=result.audio_seconds,
-        words=[
-            pb.Word(word=w.word, start=w.start, end=w.end, probability=w.probability)
-            for w in result.words
-        ],
+        words=words(result.words),
     )
     for i, t in enumerate(result.tokens):
         token = msg.tokens.add(
