@@ -1,0 +1,216 @@
+"""Every face against hostile clients (tests/hostile.py), on a real server on loopback with
+short deadlines: each connection is closed within its deadline (plus a wide slack: a busy
+2-core machine), gets the error its protocol has (a 408, an `error` event, a close frame),
+leaves no ERROR, WARNING or traceback in the log (a hang-up is INFO or DEBUG), and a valid
+request on the same face is answered while it misbehaves. Synchronised on the server's
+answers and on the sockets' closes, never on sleeps."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterator
+
+import grpc
+import hostile
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from hostile import RECIPES, Seen, wyoming_events, ws_close_code, ws_events
+from openai_ref import pipeline
+
+from xattn.service.background import BackgroundServer
+from xattn.service.server import ServerConfig
+
+HOST = "127.0.0.1"
+HEADER, IDLE, BODY, LIVE_IDLE = 1.0, 1.5, 1.0, 1.0  # the server's deadlines here (s)
+SLACK = 15.0  # seconds past a deadline a close may take on a loaded machine
+
+
+@pytest.fixture(scope="module")
+def bg() -> Iterator[BackgroundServer]:
+    config = ServerConfig(
+        port=0,
+        http_port=0,
+        wyoming_port=0,
+        header_timeout=HEADER,
+        idle_timeout=IDLE,
+        http_body_timeout=BODY,
+        live_idle_timeout=LIVE_IDLE,
+    )
+    with BackgroundServer(config, pipeline("tiny.en")) as server:
+        yield server
+
+
+def ports(bg: BackgroundServer) -> dict[str, int]:
+    s = bg.server
+    return {"http": s.http_port, "realtime": s.http_port, "grpc": s.port, "wyoming": s.wyoming_port}
+
+
+# --- a valid request on each face ---
+async def valid_http(port: int) -> bool:
+    reader, writer = await asyncio.open_connection(HOST, port)
+    writer.write(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    data = await reader.read()
+    writer.close()
+    return data.startswith(b"HTTP/1.1 200") and b'"tiny.en"' in data
+
+
+async def valid_realtime(port: int) -> bool:
+    reader, writer = await hostile._ws_open(HOST, port)
+    head = await reader.readexactly(4)  # a text frame of 126..65535 bytes: session.created
+    n = int.from_bytes(head[2:4], "big")
+    created = json.loads(await reader.readexactly(n))
+    writer.write(hostile.ws_frame(0x8, (1000).to_bytes(2, "big")))
+    writer.close()
+    return bool(created["type"] == "session.created")
+
+
+async def valid_grpc(port: int) -> bool:
+    def check() -> bool:
+        with grpc.insecure_channel(f"{HOST}:{port}") as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=60)
+            return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+
+    return await asyncio.to_thread(check)
+
+
+async def valid_wyoming(port: int) -> bool:
+    reader, writer = await asyncio.open_connection(HOST, port)
+    writer.write(b'{"type": "describe"}\n')
+    header = json.loads(await reader.readline())
+    writer.close()
+    return bool(header["type"] == "info")
+
+
+VALID: dict[str, Callable[[int], Awaitable[bool]]] = {
+    "http": valid_http,
+    "realtime": valid_realtime,
+    "grpc": valid_grpc,
+    "wyoming": valid_wyoming,
+}
+
+
+# --- what each recipe must see ---
+def _json_body(seen: Seen) -> dict:
+    return dict(json.loads(seen.data.split(b"\r\n\r\n", 1)[1]))
+
+
+def _error_codes(seen: Seen) -> list[str]:
+    return [e["error"]["code"] for e in ws_events(seen) if e["type"] == "error"]
+
+
+def _wyoming_codes(seen: Seen) -> list[str]:
+    return [e["data"].get("code") for e in wyoming_events(seen) if e["type"] == "error"]
+
+
+def _nothing(seen: Seen) -> None:
+    assert seen.data == b"", seen.data[:200]
+
+
+def _http_408(code: str) -> Callable[[Seen], None]:
+    def check(seen: Seen) -> None:
+        assert seen.status == 408, seen.data[:200]
+        assert b"connection: close" in seen.data.lower()
+        assert _json_body(seen)["error"]["code"] == code
+
+    return check
+
+
+def _http_400(seen: Seen) -> None:
+    assert seen.status == 400, seen.data[:200]
+
+
+def _ws(code: str, close: int) -> Callable[[Seen], None]:
+    def check(seen: Seen) -> None:
+        assert _error_codes(seen) == [code], ws_events(seen)
+        assert ws_close_code(seen) == close
+
+    return check
+
+
+def _wyoming(*codes: str) -> Callable[[Seen], None]:
+    def check(seen: Seen) -> None:
+        assert _wyoming_codes(seen) == list(codes), wyoming_events(seen)
+
+    return check
+
+
+def _any(seen: Seen) -> None:
+    pass  # gRPC: the core's own GOAWAY / close; what matters is that it closes
+
+
+# recipe -> (the deadline that closes it: None for the client's own hang-up, its check, the
+# log line the server writes for it (INFO or DEBUG), if any)
+EXPECT: dict[tuple[str, str], tuple[float | None, Callable[[Seen], None], str | None]] = {
+    ("http", "nothing"): (HEADER, _nothing, None),
+    ("http", "partial_request_line"): (HEADER, _http_408("request_timeout"), "half a request"),
+    ("http", "half_headers"): (HEADER, _http_408("request_timeout"), "half a request"),
+    ("http", "stalled_body"): (BODY, _http_408("upload_timeout"), None),
+    ("http", "broken_body"): (0.0, _http_400, "broken request"),
+    ("http", "hang_up_mid_body"): (None, _nothing, "hung up"),
+    ("http", "idle_keep_alive"): (IDLE, _nothing, None),
+    ("realtime", "binary_frame"): (0.0, _ws("malformed_message", 1003), "binary frame"),
+    ("realtime", "idle"): (IDLE, _ws("request_timeout", 1008), "no event for"),
+    ("realtime", "hang_up"): (None, _nothing, "closed by the client"),
+    ("grpc", "no_preface"): (HEADER, _any, None),
+    ("grpc", "half_preface"): (HEADER, _any, None),
+    ("grpc", "garbage"): (0.0, _any, None),
+    ("grpc", "idle"): (HEADER, _any, None),  # SETTINGS never acknowledged (or idle)
+    ("grpc", "half_message"): (HEADER, _any, None),
+    ("wyoming", "nothing"): (LIVE_IDLE, _wyoming("deadline_exceeded"), None),
+    ("wyoming", "half_line"): (LIVE_IDLE, _wyoming("deadline_exceeded"), None),
+    ("wyoming", "not_json"): (0.0, _wyoming("invalid_argument"), None),
+    ("wyoming", "bad_event"): (0.0, _wyoming("invalid_argument"), None),
+    ("wyoming", "audio_before_start"): (
+        LIVE_IDLE, _wyoming("invalid_argument", "deadline_exceeded"), None,
+    ),
+    ("wyoming", "drop_after_start"): (None, _nothing, "hung up"),
+}  # fmt: skip
+
+
+def test_every_recipe_has_an_expectation() -> None:
+    assert set(EXPECT) == {(f, r) for f, recipes in RECIPES.items() for r in recipes}
+
+
+def _wait_for_record(caplog: pytest.LogCaptureFixture, text: str, timeout: float) -> None:
+    """Until the server (another thread) has logged `text` (the hang-up is seen there)."""
+    deadline = time.monotonic() + timeout
+    while not any(text in r.getMessage() for r in caplog.records):
+        assert time.monotonic() < deadline, [r.getMessage() for r in caplog.records]
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("face,recipe", sorted(EXPECT))
+def test_hostile_client(
+    bg: BackgroundServer, caplog: pytest.LogCaptureFixture, face: str, recipe: str
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    deadline, check, logged = EXPECT[face, recipe]
+    port = ports(bg)[face]
+    wait = (deadline or 0.0) + SLACK
+
+    async def run() -> tuple[Seen, bool, bool]:
+        misbehave = asyncio.ensure_future(RECIPES[face][recipe](HOST, port, wait))
+        during = await VALID[face](port)  # while the hostile connection is open
+        seen = await misbehave
+        after = await VALID[face](port)
+        return seen, during, after
+
+    seen, during, after = asyncio.run(run())
+    assert seen.closed, f"{face}/{recipe}: still open after {seen.seconds:.1f} s"
+    check(seen)
+    assert during and after
+    if logged is not None:
+        _wait_for_record(caplog, logged, SLACK)
+    bad = [
+        f"{r.levelname} {r.name}: {r.getMessage()}"
+        for r in caplog.records
+        if r.levelno >= logging.WARNING or r.exc_info
+    ]
+    assert not bad, bad
+    for r in caplog.records:
+        if logged is not None and logged in r.getMessage():
+            assert r.levelno <= logging.INFO
