@@ -375,3 +375,54 @@ RECIPES: dict[str, dict[str, Recipe]] = {
         "drop_after_start": wyoming_drop_after_start,
     },
 }
+
+
+# --- a valid request on each face (beside the hostile ones) ---
+HOST = "127.0.0.1"
+
+
+async def valid_http(port: int) -> bool:
+    reader, writer = await asyncio.open_connection(HOST, port)
+    writer.write(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    data = await reader.read()
+    writer.close()
+    return data.startswith(b"HTTP/1.1 200") and b'"data"' in data
+
+
+async def valid_realtime(port: int) -> bool:
+    reader, writer = await _ws_open(HOST, port)
+    head = await reader.readexactly(4)  # a text frame of 126..65535 bytes: session.created
+    n = int.from_bytes(head[2:4], "big")
+    created = json.loads(await reader.readexactly(n))
+    writer.write(ws_frame(0x8, (1000).to_bytes(2, "big")))
+    writer.close()
+    return bool(created["type"] == "session.created")
+
+
+async def valid_grpc(port: int) -> bool:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    def check() -> bool:
+        with grpc.insecure_channel(f"{HOST}:{port}") as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=60)
+            return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+
+    return await asyncio.to_thread(check)
+
+
+async def valid_wyoming(port: int) -> bool:
+    reader, writer = await asyncio.open_connection(HOST, port)
+    writer.write(b'{"type": "describe"}\n')
+    header = json.loads(await reader.readline())
+    writer.close()
+    return bool(header["type"] == "info")
+
+
+VALID: dict[str, Callable[[int], Awaitable[bool]]] = {
+    "http": valid_http,
+    "realtime": valid_realtime,
+    "grpc": valid_grpc,
+    "wyoming": valid_wyoming,
+}

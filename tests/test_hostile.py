@@ -11,19 +11,15 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 
-import grpc
-import hostile
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from hostile import RECIPES, Seen, wyoming_events, ws_close_code, ws_events
+from hostile import HOST, RECIPES, VALID, Seen, ws_close_code, ws_events, wyoming_events
 from openai_ref import pipeline
 
 from xattn.service.background import BackgroundServer
 from xattn.service.server import ServerConfig
 
-HOST = "127.0.0.1"
 HEADER, IDLE, BODY, LIVE_IDLE = 1.0, 1.5, 1.0, 1.0  # the server's deadlines here (s)
 SLACK = 15.0  # seconds past a deadline a close may take on a loaded machine
 
@@ -46,51 +42,6 @@ def bg() -> Iterator[BackgroundServer]:
 def ports(bg: BackgroundServer) -> dict[str, int]:
     s = bg.server
     return {"http": s.http_port, "realtime": s.http_port, "grpc": s.port, "wyoming": s.wyoming_port}
-
-
-# --- a valid request on each face ---
-async def valid_http(port: int) -> bool:
-    reader, writer = await asyncio.open_connection(HOST, port)
-    writer.write(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-    data = await reader.read()
-    writer.close()
-    return data.startswith(b"HTTP/1.1 200") and b'"tiny.en"' in data
-
-
-async def valid_realtime(port: int) -> bool:
-    reader, writer = await hostile._ws_open(HOST, port)
-    head = await reader.readexactly(4)  # a text frame of 126..65535 bytes: session.created
-    n = int.from_bytes(head[2:4], "big")
-    created = json.loads(await reader.readexactly(n))
-    writer.write(hostile.ws_frame(0x8, (1000).to_bytes(2, "big")))
-    writer.close()
-    return bool(created["type"] == "session.created")
-
-
-async def valid_grpc(port: int) -> bool:
-    def check() -> bool:
-        with grpc.insecure_channel(f"{HOST}:{port}") as channel:
-            stub = health_pb2_grpc.HealthStub(channel)
-            reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=60)
-            return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
-
-    return await asyncio.to_thread(check)
-
-
-async def valid_wyoming(port: int) -> bool:
-    reader, writer = await asyncio.open_connection(HOST, port)
-    writer.write(b'{"type": "describe"}\n')
-    header = json.loads(await reader.readline())
-    writer.close()
-    return bool(header["type"] == "info")
-
-
-VALID: dict[str, Callable[[int], Awaitable[bool]]] = {
-    "http": valid_http,
-    "realtime": valid_realtime,
-    "grpc": valid_grpc,
-    "wyoming": valid_wyoming,
-}
 
 
 # --- what each recipe must see ---
