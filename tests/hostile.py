@@ -52,9 +52,9 @@ async def _until_close(
     websocket: bool = False,
 ) -> Seen:
     """Read all the server sends until it closes the connection (or `wait` s pass); a
-    `websocket` answers the server's close frame, as a client does."""
+    `websocket` answers the server's pings and close frame, as a client does."""
     data = bytearray()
-    echoed = False
+    echoed, pongs = False, 0
     closed = False
     deadline = since + wait
     try:
@@ -64,9 +64,13 @@ async def _until_close(
                 closed = True
                 break
             data += chunk
-            if websocket and not echoed:
-                closes = [p for op, p in ws_messages(bytes(data)) if op == 8]
-                if closes:
+            if websocket:
+                frames = ws_messages(bytes(data))
+                for _, ping in [f for f in frames if f[0] == 9][pongs:]:
+                    writer.write(ws_frame(0xA, ping))  # a live client answers pings
+                    pongs += 1
+                closes = [p for op, p in frames if op == 8]
+                if closes and not echoed:
                     writer.write(ws_frame(0x8, closes[0][:2]))
                     echoed = True
     except TimeoutError:

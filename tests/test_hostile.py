@@ -165,3 +165,17 @@ def test_hostile_client(
     for r in caplog.records:
         if logged is not None and logged in r.getMessage():
             assert r.levelno <= logging.INFO
+
+
+def test_the_deadlines_are_flags_and_environment_variables(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from xattn.service.__main__ import config_from_args, parse_args
+
+    monkeypatch.setenv("XATTN_IDLE_TIMEOUT", "12.5")
+    config = config_from_args(parse_args(["--header-timeout", "3", "--http-body-timeout", "4"]))
+    assert (config.header_timeout, config.idle_timeout, config.http_body_timeout) == (3, 12.5, 4)
+    defaults = config_from_args(parse_args([]))
+    assert (defaults.header_timeout, defaults.http_body_timeout) == (20.0, 30.0)
+    with pytest.raises(SystemExit):
+        parse_args(["--header-timeout", "0"])
