@@ -6,10 +6,10 @@ and how long the closed ones took; the valid requests that failed; the server's 
 ERROR and WARNING and its tracebacks.
 
     python -m benchmarks.hostile                      # this checkout's server
-    python -m benchmarks.hostile --python /work/main/.venv/bin/python --cwd /work/main \\
-        --label main                                  # another checkout's (the before)
+    python -m benchmarks.hostile --before-python /work/main/.venv/bin/python \\
+        --before-cwd /work/main                       # main's first (the before), then this
 
-Results: benchmarks/results/hostile/<UTC time>.json (settings.label says which server).
+Results: benchmarks/results/hostile/<UTC time>.json, a row per server.
 """
 
 from __future__ import annotations
@@ -142,49 +142,66 @@ def log_counts(text: str) -> dict[str, int]:
     }
 
 
+def run_one(python: str, cwd: Path, n: int, hold: float) -> tuple[list[dict], Counter, str]:
+    """One server's run: the rows per recipe, the valid requests' tally, its log."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        log = folder / "server.log"
+        proc, ports = start_server(python, cwd, folder, log)
+        try:
+            rows, tally = asyncio.run(probe(ports, n, hold))
+        finally:
+            proc.terminate()
+            proc.wait(60)
+        return rows, tally, log.read_text()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--python", default=sys.executable, help="the server's interpreter")
-    parser.add_argument("--cwd", type=Path, default=ROOT, help="the server's checkout")
+    parser.add_argument("--before-python", help="first run a server of this interpreter ...")
+    parser.add_argument("--before-cwd", type=Path, help="... in this checkout (the before)")
+    parser.add_argument("--before-label", default="main")
     parser.add_argument("--label", default="this branch")
     parser.add_argument("-n", type=int, default=20, help="hostile connections of each kind")
     parser.add_argument("--hold", type=float, default=90.0, help="seconds a hostile one waits")
     results.add_arguments(parser)
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        log = folder / "server.log"
-        proc, ports = start_server(args.python, args.cwd, folder, log)
-        try:
-            rows, tally = asyncio.run(probe(ports, args.n, args.hold))
-        finally:
-            proc.terminate()
-            proc.wait(60)
-        counts = log_counts(log.read_text())
-        errors = [x for x in log.read_text().splitlines() if LEVEL.match(x)][:20]
-    open_total = sum(r[f"still open after {args.hold:g} s"] for r in rows)
-    failed = sum(v for k, v in tally.items() if k.endswith("failed"))
-    for r in rows:
-        print(r)
-    print(dict(tally), counts, f"hostile still open: {open_total}")
-    figures = {
-        "summary": {
-            f"hostile connections still open after {args.hold:g} s": open_total,
+    servers = [(args.label, sys.executable, ROOT)]
+    if args.before_python:
+        servers.insert(0, (args.before_label, args.before_python, args.before_cwd or ROOT))
+    still = f"still open after {args.hold:g} s"
+    summary, per_recipe, valid, logs = [], [], [], {}
+    for label, python, cwd in servers:
+        rows, tally, text = run_one(python, cwd, args.n, args.hold)
+        counts = log_counts(text)
+        summary.append({
+            "server": label,
+            f"hostile {still}": sum(r[still] for r in rows),
             "hostile connections": len(rows) * args.n,
-            "valid requests failed": failed,
+            "valid requests failed": sum(v for k, v in tally.items() if k.endswith("failed")),
             "valid requests": sum(tally.values()),
             **counts,
-        },
-        "hostile connections": rows,
-        "valid requests": dict(tally),
-        "first log lines at WARNING or above": errors,
+        })  # fmt: skip
+        per_recipe += [{"server": label, **r} for r in rows]
+        valid.append({"server": label, **dict(sorted(tally.items()))})
+        logs[label] = [x for x in text.splitlines() if LEVEL.match(x)][:20]
+        print(summary[-1])
+    for r in per_recipe:
+        print(r)
+    figures = {
+        "summary": summary,
+        "hostile connections by recipe": per_recipe,
+        "valid requests beside them": valid,
     }
     settings = {
-        "label": args.label,
-        "server": f"{args.python} -m xattn.service (cwd {args.cwd}), default deadlines",
+        "servers": {
+            label: f"{python} -m xattn.service (cwd {cwd})" for label, python, cwd in servers
+        },
+        "deadlines": "each server's defaults",
         "connections per recipe": args.n,
         "hold seconds": args.hold,
         "note": "shared 2-core machine with other helpers' runs: times are loaded",
+        "_first log lines at WARNING or above": logs,
     }
     results.write_from(args, "hostile", settings, figures)
     return 0
