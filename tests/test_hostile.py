@@ -97,14 +97,14 @@ def _any(seen: Seen) -> None:
 # log line the server writes for it (INFO or DEBUG), if any)
 EXPECT: dict[tuple[str, str], tuple[float | None, Callable[[Seen], None], str | None]] = {
     ("http", "nothing"): (HEADER, _nothing, None),
-    ("http", "partial_request_line"): (HEADER, _http_408("request_timeout"), "half a request"),
-    ("http", "half_headers"): (HEADER, _http_408("request_timeout"), "half a request"),
+    ("http", "partial_request_line"): (HEADER, _http_408("deadline_exceeded"), "half a request"),
+    ("http", "half_headers"): (HEADER, _http_408("deadline_exceeded"), "half a request"),
     ("http", "stalled_body"): (BODY, _http_408("upload_timeout"), None),
     ("http", "broken_body"): (0.0, _http_400, "broken request"),
     ("http", "hang_up_mid_body"): (None, _nothing, "hung up"),
     ("http", "idle_keep_alive"): (IDLE, _nothing, None),
-    ("realtime", "binary_frame"): (0.0, _ws("malformed_message", 1003), "binary frame"),
-    ("realtime", "idle"): (IDLE, _ws("request_timeout", 1008), "no event for"),
+    ("realtime", "binary_frame"): (0.0, _ws("invalid_argument", 1003), "binary frame"),
+    ("realtime", "idle"): (IDLE, _ws("deadline_exceeded", 1008), "no event for"),
     ("realtime", "hang_up"): (None, _nothing, "closed by the client"),
     ("grpc", "no_preface"): (HEADER, _any, None),
     ("grpc", "half_preface"): (HEADER, _any, None),

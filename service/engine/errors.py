@@ -63,9 +63,10 @@ TABLE: tuple[tuple[type[BaseException], Fault], ...] = (
                        retry=True)),
     (ResultTooLarge, Fault("RESOURCE_EXHAUSTED", 413, "invalid_request_error",
                            "result_too_large")),
+    # the client errors every face meets, with the codes of their engine-side kin
     (MalformedMessage, Fault("INVALID_ARGUMENT", 400, "invalid_request_error",
-                             "malformed_message")),
-    (ClientTimeout, Fault("DEADLINE_EXCEEDED", 408, "timeout_error", "request_timeout")),
+                             "invalid_argument")),
+    (ClientTimeout, Fault("DEADLINE_EXCEEDED", 408, "timeout_error", "deadline_exceeded")),
     (ClientGone, Fault("CANCELLED", 499, "invalid_request_error", "client_closed")),
     # a feature this server was installed without
     (VadUnavailable, Fault("UNIMPLEMENTED", 400, "invalid_request_error", "unimplemented")),

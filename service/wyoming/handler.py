@@ -43,8 +43,8 @@ from wyoming.server import AsyncEventHandler
 
 from xattn.model.audio.features import AudioError
 from xattn.service.engine.engine import Engine
-from xattn.service.engine.errors import INTERNAL, fault_of
-from xattn.service.engine.live import IdleTimeout, LiveSettings, StreamOrderError
+from xattn.service.engine.errors import INTERNAL, ClientTimeout, MalformedMessage, fault_of
+from xattn.service.engine.live import LiveSettings, StreamOrderError
 from xattn.service.engine.observe import RequestScope
 from xattn.service.wyoming.audio import pcm_format
 from xattn.service.wyoming.command import BatchCommand, Request, StreamedCommand, request_of
@@ -56,7 +56,7 @@ LINE_LIMIT = 64 << 10  # bytes of one header line (asyncio's default reader limi
 Command = BatchCommand | StreamedCommand
 
 
-class BadEvent(StreamOrderError):
+class BadEvent(MalformedMessage):
     """Bytes that are not a Wyoming event (invalid_argument; the connection closes)."""
 
 
@@ -149,7 +149,7 @@ class WyomingHandler(AsyncEventHandler):
                     answer = self.answer if self.busy and self.command is None else None
                     timeout = None if answer is not None else deadline - loop.time()
                     if timeout is not None and timeout <= 0:
-                        raise IdleTimeout(
+                        raise ClientTimeout(
                             f"no event for {idle:g} s: this server closes a connection that "
                             "sends nothing (or half an event) for that long"
                         )
@@ -167,7 +167,7 @@ class WyomingHandler(AsyncEventHandler):
                     return
                 if not await self.handle_event(event):
                     return
-        except (IdleTimeout, BadEvent) as e:
+        except (ClientTimeout, BadEvent) as e:
             log.debug("wyoming %s: %s", self.peer, e)
             await self._report(e)
         finally:
