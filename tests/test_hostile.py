@@ -18,7 +18,10 @@ from hostile import HOST, RECIPES, VALID, Seen, ws_close_code, ws_events, wyomin
 from openai_ref import pipeline
 
 from xattn.service.background import BackgroundServer
+from xattn.service.engine.live import live_settings
 from xattn.service.server import ServerConfig
+from xattn.service.wyoming.handler import WyomingSettings
+from xattn.service.wyoming.server import WyomingServer, bind
 
 HEADER, IDLE, BODY, LIVE_IDLE = 1.0, 1.5, 1.0, 1.0  # the server's deadlines here (s)
 SLACK = 15.0  # seconds past a deadline a close may take on a loaded machine
@@ -179,3 +182,45 @@ def test_the_deadlines_are_flags_and_environment_variables(
     assert (defaults.header_timeout, defaults.http_body_timeout) == (20.0, 30.0)
     with pytest.raises(SystemExit):
         parse_args(["--header-timeout", "0"])
+
+
+def test_silent_wyoming_connections_make_room_for_one_that_speaks(bg: BackgroundServer) -> None:
+    """A face of 3 connections held by 3 that send nothing: a client that connects and
+    speaks is served, the oldest silent one gets server_busy and is closed; one that has
+    spoken is never closed for another."""
+
+    async def start() -> WyomingServer:
+        live = live_settings(bg.engine.limits)  # idle far off: only eviction closes them
+        settings = WyomingSettings(idle_timeout=120.0, max_connections=3, live=live)
+        server = WyomingServer(bg.engine, settings, bind(HOST, 0))
+        await server.start()
+        return server
+
+    server = bg.call(start())
+
+    async def run() -> tuple[list[Seen], bool, bool]:
+        silent = []
+        for _ in range(3):  # one by one, each counted before the next
+            silent.append(
+                asyncio.ensure_future(RECIPES["wyoming"]["nothing"](HOST, server.port, SLACK))
+            )
+            await _until(lambda: server.connections == len(silent))
+        valid = await VALID["wyoming"](server.port)  # takes the oldest silent one's place
+        first = await silent[0]
+        again = await VALID["wyoming"](server.port)  # and the next one's
+        return [first, await silent[1]], valid, again
+
+    try:
+        (first, second), valid, again = asyncio.run(run())
+    finally:
+        bg.call(server.stop())
+    assert valid and again
+    assert first.closed and second.closed
+    assert _wyoming_codes(first) == ["server_busy"] == _wyoming_codes(second)
+
+
+async def _until(condition: Callable[[], bool], timeout: float = SLACK) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.01)

@@ -129,6 +129,7 @@ class WyomingHandler(AsyncEventHandler):
         self.scope: RequestScope | None = None  # the command's report (service.engine.observe)
         self.draining = False  # the server is stopping: close once nothing is in progress
         self._stopped = False  # stop() closed it (a shutdown, not a hang-up)
+        self.spoke = False  # a whole event has come (until then the server may evict it)
 
     @property
     def busy(self) -> bool:
@@ -162,6 +163,7 @@ class WyomingHandler(AsyncEventHandler):
                             return
                         deadline = loop.time() + idle
                 event, read = read.result(), None
+                self.spoke = True
                 if event is None:
                     self._hung_up()
                     return
@@ -349,6 +351,21 @@ class WyomingHandler(AsyncEventHandler):
         if self.answer is not None and not self.answer.done():
             self.answer.cancel()
             await asyncio.gather(self.answer, return_exceptions=True)
+
+    @property
+    def silent(self) -> bool:
+        """No whole event has come yet, and it is still open."""
+        return not self.spoke and not self.busy and not self._stopped
+
+    async def evict(self, why: Exception) -> None:
+        """Send `why`'s error and close: a full server makes room for a new connection."""
+        fault = fault_of(why)
+        code = fault.code if fault is not None else INTERNAL.code
+        try:
+            await self.write_event(Error(text=str(why), code=code).event())
+        except ConnectionError:
+            pass
+        await self.stop()
 
     async def stop(self) -> None:
         """Close the connection now (a shutdown): its command, if any, stops."""
