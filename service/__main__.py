@@ -138,7 +138,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "wyoming-max-connections",
         int,
         DEFAULTS.wyoming_max_connections,
-        "Wyoming connections open at once (more are refused with server_busy)",
+        "Wyoming connections open at once (one more replaces the oldest that has sent no "
+        "event yet, else it is refused with server_busy)",
     )
     flag(
         "header-timeout",
