@@ -186,6 +186,10 @@ class StreamedCommand:
         await self._task
 
     def close(self) -> None:
+        """Stop now; half-closed too, so that the live stream ends (and its admission is
+        released) even where the cancellation comes while the stream is being admitted or
+        a step is handed over (a hang-up right after audio-start leaked one)."""
+        self._queue.put_nowait(None)
         self._task.cancel()
 
     async def _requests(self) -> AsyncIterator[pb.StreamingRecognizeRequest]:
