@@ -159,6 +159,8 @@ def test_hostile_client(
     assert during and after
     if logged is not None:
         _wait_for_record(caplog, logged, SLACK)
+    # nothing it started stays admitted (a dropped stream once held its live slot for good)
+    asyncio.run(_until(lambda: bg.engine.counters().in_flight == 0))
     bad = [
         f"{r.levelname} {r.name}: {r.getMessage()}"
         for r in caplog.records
@@ -224,3 +226,16 @@ async def _until(condition: Callable[[], bool], timeout: float = SLACK) -> None:
     while not condition():
         assert time.monotonic() < deadline
         await asyncio.sleep(0.01)
+
+
+def test_many_dropped_wyoming_streams_release_their_slots(bg: BackgroundServer) -> None:
+    """Ten clients send audio-start and drop at once: none of their live streams stays
+    admitted (a server process with the default deadlines once kept 19 of 20 for good)."""
+    port = ports(bg)["wyoming"]
+
+    async def run() -> None:
+        drops = [RECIPES["wyoming"]["drop_after_start"](HOST, port, SLACK) for _ in range(10)]
+        await asyncio.gather(*drops)
+        await _until(lambda: bg.engine.counters().in_flight == 0)
+
+    asyncio.run(run())
