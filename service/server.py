@@ -33,6 +33,7 @@ from xattn.service.engine.engine import Engine, Limits
 from xattn.service.engine.live import live_settings
 from xattn.service.engine.tokens import AuthPolicy
 from xattn.service.grpc import security
+from xattn.service.grpc.connections import connection_options
 from xattn.service.grpc.observe import RequestInterceptor
 from xattn.service.grpc.servicer import TranscriberServicer
 from xattn.service.http.app import HttpSettings, build_app
@@ -169,7 +170,7 @@ class Server:
                 ("grpc.max_receive_message_length", config.max_message_bytes),
                 ("grpc.max_send_message_length", config.max_message_bytes),
                 ("grpc.so_reuseport", 0),  # a port in use is an error, not a shared port
-                *grpc_connection_options(config),
+                *connection_options(config.header_timeout, config.idle_timeout),
             ],
             interceptors=[
                 *self._observing(),
@@ -372,28 +373,6 @@ class Server:
 
     async def wait_for_termination(self) -> None:
         await self._grpc.wait_for_termination()
-
-
-def grpc_connection_options(config: ServerConfig) -> list[tuple[str, int]]:
-    """gRPC core's deadlines on connections (hostile clients, docs/operations.md): the TLS
-    handshake and the client's HTTP/2 preface and SETTINGS within `header_timeout`; a
-    connection with no call open for `idle_timeout` gets GOAWAY; one whose peer does not
-    acknowledge our SETTINGS or a ping (keepalive every `idle_timeout`) within
-    `header_timeout` is closed, a call open or not: half a message from a peer that is gone
-    or speaks no HTTP/2 is not held. (A peer that answers pings and sends half a message is
-    held as long as it keeps the connection: grpc has no per-message deadline.)"""
-    header_ms = int(config.header_timeout * 1000)
-    idle_ms = int(config.idle_timeout * 1000)
-    return [
-        ("grpc.server_handshake_timeout_ms", header_ms),
-        ("grpc.max_connection_idle_ms", idle_ms),
-        ("grpc.keepalive_time_ms", idle_ms),
-        ("grpc.keepalive_timeout_ms", header_ms),
-        ("grpc.http2.ping_timeout_ms", header_ms),  # any ping: BDP probes hold keepalive's
-        ("grpc.http2.settings_timeout", header_ms),  # our SETTINGS unacknowledged: closed
-        ("grpc.http2.max_pings_without_data", 0),  # keep pinging a call that sends nothing
-        ("grpc.keepalive_permit_without_calls", 1),
-    ]
 
 
 def _write_port(path: str | None, port: int) -> None:
