@@ -295,6 +295,16 @@ async def grpc_half_message(host: str, port: int, wait: float) -> Seen:
     return await _send_then_wait(host, port, data, wait)
 
 
+async def grpc_hang_up(host: str, port: int, wait: float) -> Seen:
+    """A Transcribe call with half its message, then the client drops the connection."""
+    reader, writer = await _open(host, port)
+    writer.write(grpc_call_head() + _h2(0x0, 0, 1, b"\x00" + struct.pack("!I", 1000) + bytes(10)))
+    await writer.drain()
+    since = time.monotonic()
+    writer.transport.abort()
+    return Seen(True, time.monotonic() - since, b"")
+
+
 # --- Wyoming ---
 async def wyoming_nothing(host: str, port: int, wait: float) -> Seen:
     return await _send_then_wait(host, port, b"", wait)
@@ -369,6 +379,7 @@ RECIPES: dict[str, dict[str, Recipe]] = {
         "garbage": grpc_garbage,
         "idle": grpc_idle,
         "half_message": grpc_half_message,
+        "hang_up": grpc_hang_up,
     },
     "wyoming": {
         "nothing": wyoming_nothing,

@@ -114,6 +114,7 @@ EXPECT: dict[tuple[str, str], tuple[float | None, Callable[[Seen], None], str | 
     ("grpc", "garbage"): (0.0, _any, None),
     ("grpc", "idle"): (HEADER, _any, None),  # SETTINGS never acknowledged (or idle)
     ("grpc", "half_message"): (HEADER, _any, None),
+    ("grpc", "hang_up"): (None, _nothing, None),
     ("wyoming", "nothing"): (LIVE_IDLE, _wyoming("deadline_exceeded"), None),
     ("wyoming", "half_line"): (LIVE_IDLE, _wyoming("deadline_exceeded"), None),
     ("wyoming", "not_json"): (0.0, _wyoming("invalid_argument"), None),
