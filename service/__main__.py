@@ -138,7 +138,28 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "wyoming-max-connections",
         int,
         DEFAULTS.wyoming_max_connections,
-        "Wyoming connections open at once (more are refused with server_busy)",
+        "Wyoming connections open at once (one more replaces the oldest that has sent no "
+        "event yet, else it is refused with server_busy)",
+    )
+    flag(
+        "header-timeout",
+        float,
+        DEFAULTS.header_timeout,
+        "seconds a connection may take to send a request's line and headers (HTTP) or the "
+        "HTTP/2 preface (gRPC); past it: 408 and closed",
+    )
+    flag(
+        "idle-timeout",
+        float,
+        DEFAULTS.idle_timeout,
+        "seconds a connection may idle: HTTP keep-alive between requests, a Realtime socket "
+        "that sends no event, a gRPC connection with no call (GOAWAY; also its ping interval)",
+    )
+    flag(
+        "http-body-timeout",
+        float,
+        DEFAULTS.http_body_timeout,
+        "seconds an upload may send nothing before a 408 (the connection closes)",
     )
     flag("live-idle-timeout", float, DEFAULTS.live_idle_timeout, "seconds a live stream may idle")
     flag("live-workers", int, DEFAULTS.live_workers, "live decode steps run at once")
@@ -216,6 +237,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error(f"--compute must be one of {', '.join(COMPUTE_CHOICES)}")
     if args.decode_processes < 0:
         parser.error("--decode-processes must be >= 0")
+    if min(args.header_timeout, args.idle_timeout, args.http_body_timeout) <= 0:
+        parser.error("--header-timeout, --idle-timeout and --http-body-timeout must be > 0")
     if args.live_idle_timeout <= 0 or (args.live_max_seconds or 1) <= 0 or args.live_workers < 1:
         parser.error("--live-idle-timeout, --live-max-seconds and --live-workers must be > 0")
     return args
@@ -247,6 +270,9 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         wyoming_max_connections=args.wyoming_max_connections,
         cors_origins=tuple(o.strip() for o in args.cors_origins.split(",") if o.strip()),
         live_idle_timeout=args.live_idle_timeout,
+        header_timeout=args.header_timeout,
+        idle_timeout=args.idle_timeout,
+        http_body_timeout=args.http_body_timeout,
         live_max_seconds=args.live_max_seconds,
         live_workers=args.live_workers,
         decode_processes=args.decode_processes,

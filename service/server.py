@@ -33,10 +33,11 @@ from xattn.service.engine.engine import Engine, Limits
 from xattn.service.engine.live import live_settings
 from xattn.service.engine.tokens import AuthPolicy
 from xattn.service.grpc import security
+from xattn.service.grpc.connections import connection_options
 from xattn.service.grpc.observe import RequestInterceptor
 from xattn.service.grpc.servicer import TranscriberServicer
 from xattn.service.http.app import HttpSettings, build_app
-from xattn.service.http.server import HttpServer, bind
+from xattn.service.http.server import HttpServer, Timeouts, bind
 from xattn.service.metrics import Metrics, with_metrics
 from xattn.service.wyoming.discovery import Discovery, announcement
 from xattn.service.wyoming.handler import WyomingSettings
@@ -98,6 +99,11 @@ class ServerConfig:
     http_port_file: str | None = None  # written with the bound HTTP port once listening
     cors_origins: tuple[str, ...] = ()  # origins whose pages may call the HTTP API
     http_body_timeout: float = 30.0  # seconds an upload may send nothing before a 408
+    # hostile clients (docs/operations.md): seconds a connection may take to send a request's
+    # headers (HTTP) or the HTTP/2 preface (gRPC), and may idle (HTTP keep-alive, a Realtime
+    # socket, a gRPC connection with no call)
+    header_timeout: float = 20.0
+    idle_timeout: float = 75.0
     wyoming_port: int | None = None  # Home Assistant's Wyoming protocol (service.wyoming);
     # None: off, 0: any free port
     wyoming_port_file: str | None = None  # written with the bound Wyoming port once listening
@@ -164,6 +170,7 @@ class Server:
                 ("grpc.max_receive_message_length", config.max_message_bytes),
                 ("grpc.max_send_message_length", config.max_message_bytes),
                 ("grpc.so_reuseport", 0),  # a port in use is an error, not a shared port
+                *connection_options(config.header_timeout, config.idle_timeout),
             ],
             interceptors=[
                 *self._observing(),
@@ -251,6 +258,7 @@ class Server:
             cors_origins=config.cors_origins,
             live=live_settings(self.engine.limits),
             body_idle_seconds=config.http_body_timeout,
+            idle_seconds=config.idle_timeout,
         )
         app = build_app(self.engine, settings, lambda: self.serving)
         if self.tracer_provider is not None:
@@ -259,12 +267,17 @@ class Server:
             app = tracing.asgi_middleware(app, self.tracer_provider)
         if self.metrics is not None:
             app = with_metrics(app, self.metrics.registry, self._metrics_authorized)
-        self.http = HttpServer(app, sock, config.grace, config.tls_cert, config.tls_key)
+        self.http = HttpServer(
+            app, sock, config.grace, config.tls_cert, config.tls_key, self._timeouts()
+        )
         await self.http.start()
         self.http_port = self.http.port
         scheme = "https" if config.tls_cert else "http"
         log.info("OpenAI-compatible API on %s://%s:%d/v1", scheme, host, self.http_port)
         _write_port(config.http_port_file, self.http_port)
+
+    def _timeouts(self) -> Timeouts:
+        return Timeouts(header=self.config.header_timeout, idle=self.config.idle_timeout)
 
     async def _start_metrics(self) -> None:
         """/metrics alone on `metrics_port` (for a server without the HTTP face)."""
@@ -272,7 +285,9 @@ class Server:
         config = self.config
         sock = bind(config.host, config.metrics_port or 0)
         app = with_metrics(None, self.metrics.registry, self._metrics_authorized)
-        self.metrics_server = HttpServer(app, sock, 0, config.tls_cert, config.tls_key)
+        self.metrics_server = HttpServer(
+            app, sock, 0, config.tls_cert, config.tls_key, self._timeouts()
+        )
         await self.metrics_server.start()
         self.metrics_port = self.metrics_server.port
         log.info("Prometheus metrics on %s:%d/metrics", config.host, self.metrics_port)

@@ -21,6 +21,20 @@ class ResultTooLarge(RuntimeError):
     """A Transcribe result over the send limit (ask for fewer rows, or stream)."""
 
 
+class MalformedMessage(ValueError):
+    """Bytes that are not a message of the face's protocol (a binary WebSocket frame where
+    JSON text is due, a line that is not an event): an error, then the connection closes."""
+
+
+class ClientTimeout(TimeoutError):
+    """A client that sent nothing, half a request or half a message for longer than the
+    server waits (the header, body or idle timeout): the connection closes."""
+
+
+class ClientGone(ConnectionError):
+    """The client hung up mid-request: no one to answer, logged as a hang-up (not an error)."""
+
+
 @dataclass(frozen=True)
 class Fault:
     """How every face reports one kind of failure."""
@@ -49,6 +63,11 @@ TABLE: tuple[tuple[type[BaseException], Fault], ...] = (
                        retry=True)),
     (ResultTooLarge, Fault("RESOURCE_EXHAUSTED", 413, "invalid_request_error",
                            "result_too_large")),
+    # the client errors every face meets, with the codes of their engine-side kin
+    (MalformedMessage, Fault("INVALID_ARGUMENT", 400, "invalid_request_error",
+                             "invalid_argument")),
+    (ClientTimeout, Fault("DEADLINE_EXCEEDED", 408, "timeout_error", "deadline_exceeded")),
+    (ClientGone, Fault("CANCELLED", 499, "invalid_request_error", "client_closed")),
     # a feature this server was installed without
     (VadUnavailable, Fault("UNIMPLEMENTED", 400, "invalid_request_error", "unimplemented")),
 )  # fmt: skip

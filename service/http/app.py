@@ -13,6 +13,7 @@ shapes. Bearer tokens, body limits and CORS are the server's (ServerConfig).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
@@ -23,7 +24,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -32,6 +33,7 @@ from starlette.websockets import WebSocket
 from xattn.model.pipeline import Pipeline
 from xattn.service.engine.admit import start_transcription
 from xattn.service.engine.engine import Engine, Run
+from xattn.service.engine.errors import ClientGone
 from xattn.service.engine.live import LiveSettings
 from xattn.service.engine.tokens import AuthPolicy
 from xattn.service.http import shapes
@@ -60,6 +62,7 @@ class HttpSettings:
     cors_origins: tuple[str, ...] = ()  # none: no CORS headers, browsers of other origins refused
     live: LiveSettings = LiveSettings()
     body_idle_seconds: float = BODY_IDLE_SECONDS
+    idle_seconds: float = 75.0  # a Realtime socket that sends no event is closed after this
 
 
 class BodyLimit:
@@ -89,10 +92,13 @@ class BodyLimit:
                     f"the upload sent nothing for {self.idle:g} s",
                     param="file",
                     code="upload_timeout",
+                    close=True,  # the rest of the body is never read
                 ) from None
+            if message["type"] == "http.disconnect":  # mid-body: a hang-up (or a broken body)
+                raise ClientGone("the client hung up before the whole request arrived")
             seen += len(message.get("body", b""))
             if seen > self.max_bytes:
-                raise _too_large(self.max_bytes)
+                raise dataclasses.replace(_too_large(self.max_bytes), close=True)
             complete = not message.get("more_body", False)
             return message
 
@@ -169,6 +175,9 @@ class Api:
             if parsed.stream:
                 return self._stream(parsed, pipe)
             return await self._unary(parsed, pipe)
+        except (ClientGone, ClientDisconnect):
+            log.info("http: the client hung up during its upload")
+            return NoAnswer()
         except HTTPException as e:  # the multipart parser's: too many files or fields, ...
             return bad_param("file", f"bad multipart form: {e.detail}", "bad_form").response()
         except Exception as e:
@@ -206,7 +215,16 @@ class Api:
         if not self._authorized(websocket.headers):
             await websocket.close(code=1008, reason="missing or wrong bearer token")
             return
-        await realtime_session(websocket, self.engine, self.settings.live)
+        await realtime_session(
+            websocket, self.engine, self.settings.live, self.settings.idle_seconds
+        )
+
+
+class NoAnswer(Response):
+    """No response at all: the client is gone (uvicorn closes the connection)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        return None
 
 
 class EventStream(StreamingResponse):

@@ -29,6 +29,7 @@ class ApiError(Exception):
     code: str | None = None
     type: str = "invalid_request_error"
     retry_after: float | None = None  # seconds, for 429 and 503
+    close: bool = False  # `Connection: close`: the request's body was not all read
 
     def response(self) -> JSONResponse:
         body = {
@@ -39,7 +40,7 @@ class ApiError(Exception):
                 "code": self.code,
             }
         }
-        headers = {}
+        headers = {"Connection": "close"} if self.close else {}
         if self.retry_after is not None:
             headers["Retry-After"] = str(max(1, math.ceil(self.retry_after)))
         return JSONResponse(body, status_code=self.status, headers=headers)

@@ -32,6 +32,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from xattn.model.audio import SAMPLE_RATE
 from xattn.model.audio.resample import StreamResampler
 from xattn.service.engine.engine import Engine
+from xattn.service.engine.errors import ClientTimeout, MalformedMessage, fault_of
 from xattn.service.engine.live import LiveSession, LiveSettings
 from xattn.service.http.realtime_session import (
     EventError,
@@ -228,8 +229,11 @@ def attention(item_id: str, result: pb.StreamingRecognitionResult, base_ms: int)
 class Realtime:
     """One WebSocket's session: its config, the current stretch of audio, the items."""
 
-    def __init__(self, websocket: WebSocket, engine: Engine, settings: LiveSettings) -> None:
+    def __init__(
+        self, websocket: WebSocket, engine: Engine, settings: LiveSettings, idle_seconds: float
+    ) -> None:
         self.ws, self.engine, self.settings = websocket, engine, settings
+        self.idle_seconds = idle_seconds  # no event for this long: closed (ClientTimeout)
         self.beta = websocket.headers.get("openai-beta", "").startswith("realtime")
         self.id = _id("sess")
         self.config = SessionConfig()
@@ -263,15 +267,47 @@ class Realtime:
         created = "transcription_session.created" if self.beta else "session.created"
         await self.send(created, session=session_json(self.config, self.id, self.beta))
         try:
-            while True:
-                await self._event(await self.ws.receive_text())
+            while (text := await self._receive()) is not None:
+                await self._event(text)
         except WebSocketDisconnect:
-            pass
+            log.debug("realtime: %s hung up", self.id)
+        except (MalformedMessage, ClientTimeout) as e:
+            await self._refuse(e)
         finally:
             turns = [t for t in (self.turns, *self.finishing) if t is not None]
             for t in turns:
                 t.drop()
             await asyncio.gather(*(t.task for t in turns), return_exceptions=True)
+
+    async def _receive(self) -> str | None:
+        """The next event's text; None once the client closed the socket. A binary frame
+        is MalformedMessage, no event within the idle timeout ClientTimeout."""
+        try:
+            message = await asyncio.wait_for(self.ws.receive(), self.idle_seconds)
+        except TimeoutError:
+            raise ClientTimeout(
+                f"no event for {self.idle_seconds:g} s: the session is closed"
+            ) from None
+        if message["type"] == "websocket.disconnect":
+            log.debug("realtime: %s closed by the client", self.id)
+            return None
+        if message.get("text") is not None:
+            return str(message["text"])
+        raise MalformedMessage(
+            "a binary frame: events are JSON text frames (audio goes base64 in "
+            "input_audio_buffer.append)"
+        )
+
+    async def _refuse(self, e: MalformedMessage | ClientTimeout) -> None:
+        """The error event of the errors table's row, then a close frame (1003: data this
+        server does not take; 1008: a timeout, the server's policy)."""
+        fault = fault_of(e)
+        assert fault is not None
+        log.info("realtime: %s: %s", self.id, e)
+        code = 1003 if isinstance(e, MalformedMessage) else 1008
+        with contextlib.suppress(Exception):  # the client may be gone already
+            await self.send_error(EventError(fault.code, str(e), None, fault.kind))
+            await self.ws.close(code=code, reason=fault.code)
 
     async def _event(self, text: str) -> None:
         event_id = None
@@ -347,7 +383,9 @@ class Realtime:
         await self.send("input_audio_buffer.cleared")
 
 
-async def realtime_session(websocket: WebSocket, engine: Engine, settings: LiveSettings) -> None:
+async def realtime_session(
+    websocket: WebSocket, engine: Engine, settings: LiveSettings, idle_seconds: float = 75.0
+) -> None:
     """One /v1/realtime WebSocket (already authenticated by the app; you call
     websocket.accept())."""
-    await Realtime(websocket, engine, settings).run()
+    await Realtime(websocket, engine, settings, idle_seconds).run()

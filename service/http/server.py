@@ -13,9 +13,12 @@ import contextlib
 import logging
 import socket
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import uvicorn
 from starlette.types import ASGIApp
+
+from xattn.service.http.connections import guarded
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +44,15 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+@dataclass(frozen=True)
+class Timeouts:
+    """Seconds a client may hold a connection: to send a request's line and headers
+    (`header`), and idle between requests (`idle`, nginx's 75 s by default)."""
+
+    header: float = 20.0
+    idle: float = 75.0
+
+
 class HttpServer:
     """`start()`, later `stop(grace)`."""
 
@@ -51,7 +63,9 @@ class HttpServer:
         grace: float,
         tls_cert: str | None = None,
         tls_key: str | None = None,
+        timeouts: Timeouts | None = None,
     ) -> None:
+        timeouts = timeouts or Timeouts()
         self.sock = sock
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(
@@ -59,7 +73,8 @@ class HttpServer:
             lifespan="off",
             log_config=None,
             access_log=False,
-            timeout_keep_alive=75,  # idle keep-alive connections (nginx's default)
+            http=guarded(timeouts.header),  # h11 with a deadline on each request's headers
+            timeout_keep_alive=timeouts.idle,  # type: ignore[arg-type]  # a float will do
             ws="websockets-sansio",
             ws_max_size=16 << 20,  # a realtime event: base64 audio chunks
             timeout_graceful_shutdown=max(1, int(round(grace))),

@@ -153,7 +153,8 @@ class StreamedCommand:
         failed: Failed,
     ) -> None:
         self.engine, self.settings, self.request, self.fmt = engine, settings, request, fmt
-        self._send, self._failed = send, failed
+        self._send_event, self._failed = send, failed
+        self._closed = False  # close(): nothing more is sent, whatever the stream still does
         self._converter = StreamConverter(fmt)
         self._queue: asyncio.Queue[bytes | None] = asyncio.Queue()
         self.received = 0  # bytes
@@ -186,7 +187,17 @@ class StreamedCommand:
         await self._task
 
     def close(self) -> None:
+        """Stop now and send nothing more; half-closed too, so that the live stream ends
+        (and its admission is released) even where the cancellation is lost: one that
+        comes as the stream's first request arrives is swallowed by asyncio.wait_for
+        (Python 3.11), and a hang-up right after audio-start then held its slot for good."""
+        self._closed = True
+        self._queue.put_nowait(None)
         self._task.cancel()
+
+    async def _send(self, event: Event) -> None:
+        if not self._closed:
+            await self._send_event(event)
 
     async def _requests(self) -> AsyncIterator[pb.StreamingRecognizeRequest]:
         config = pb.StreamingRecognitionConfig(
@@ -228,4 +239,5 @@ class StreamedCommand:
         except ConnectionError as e:  # the reader sees the hang-up and logs it
             log.debug("wyoming client went away while its transcript was sent: %r", e)
         except Exception as e:  # the stream's error ends this command, not the connection
-            await self._failed(e, self)
+            if not self._closed:
+                await self._failed(e, self)

@@ -43,8 +43,8 @@ from wyoming.server import AsyncEventHandler
 
 from xattn.model.audio.features import AudioError
 from xattn.service.engine.engine import Engine
-from xattn.service.engine.errors import INTERNAL, fault_of
-from xattn.service.engine.live import IdleTimeout, LiveSettings, StreamOrderError
+from xattn.service.engine.errors import INTERNAL, ClientTimeout, MalformedMessage, fault_of
+from xattn.service.engine.live import LiveSettings, StreamOrderError
 from xattn.service.engine.observe import RequestScope
 from xattn.service.wyoming.audio import pcm_format
 from xattn.service.wyoming.command import BatchCommand, Request, StreamedCommand, request_of
@@ -56,7 +56,7 @@ LINE_LIMIT = 64 << 10  # bytes of one header line (asyncio's default reader limi
 Command = BatchCommand | StreamedCommand
 
 
-class BadEvent(StreamOrderError):
+class BadEvent(MalformedMessage):
     """Bytes that are not a Wyoming event (invalid_argument; the connection closes)."""
 
 
@@ -129,6 +129,7 @@ class WyomingHandler(AsyncEventHandler):
         self.scope: RequestScope | None = None  # the command's report (service.engine.observe)
         self.draining = False  # the server is stopping: close once nothing is in progress
         self._stopped = False  # stop() closed it (a shutdown, not a hang-up)
+        self.spoke = False  # a whole event has come (until then the server may evict it)
 
     @property
     def busy(self) -> bool:
@@ -149,7 +150,7 @@ class WyomingHandler(AsyncEventHandler):
                     answer = self.answer if self.busy and self.command is None else None
                     timeout = None if answer is not None else deadline - loop.time()
                     if timeout is not None and timeout <= 0:
-                        raise IdleTimeout(
+                        raise ClientTimeout(
                             f"no event for {idle:g} s: this server closes a connection that "
                             "sends nothing (or half an event) for that long"
                         )
@@ -162,12 +163,13 @@ class WyomingHandler(AsyncEventHandler):
                             return
                         deadline = loop.time() + idle
                 event, read = read.result(), None
+                self.spoke = True
                 if event is None:
                     self._hung_up()
                     return
                 if not await self.handle_event(event):
                     return
-        except (IdleTimeout, BadEvent) as e:
+        except (ClientTimeout, BadEvent) as e:
             log.debug("wyoming %s: %s", self.peer, e)
             await self._report(e)
         finally:
@@ -349,6 +351,21 @@ class WyomingHandler(AsyncEventHandler):
         if self.answer is not None and not self.answer.done():
             self.answer.cancel()
             await asyncio.gather(self.answer, return_exceptions=True)
+
+    @property
+    def silent(self) -> bool:
+        """No whole event has come yet, and it is still open."""
+        return not self.spoke and not self.busy and not self._stopped
+
+    async def evict(self, why: Exception) -> None:
+        """Send `why`'s error and close: a full server makes room for a new connection."""
+        fault = fault_of(why)
+        code = fault.code if fault is not None else INTERNAL.code
+        try:
+            await self.write_event(Error(text=str(why), code=code).event())
+        except ConnectionError:
+            pass
+        await self.stop()
 
     async def stop(self) -> None:
         """Close the connection now (a shutdown): its command, if any, stops."""

@@ -1,10 +1,12 @@
 """The Wyoming face's listener: the `wyoming` library's AsyncServer on a socket bound before
 the model loads (as the gRPC and HTTP ports are), a handler per connection on the engine.
 
-At most `max_connections` connections at once: one more gets an `error` (server_busy) and is
-closed. `stop(grace)` stops accepting, closes the connections with nothing in progress, gives
-those with a command in progress up to `grace` seconds to finish it (each closes once its
-answer is sent), then closes the rest.
+At most `max_connections` connections at once: one more takes the place of the oldest that
+has not sent a whole event yet (that one gets an `error`, server_busy, and is closed: a flood
+of silent connections cannot lock out clients that speak), or, when every connection has
+spoken, gets the `error` itself and is closed. `stop(grace)` stops accepting, closes the
+connections with nothing in progress, gives those with a command in progress up to `grace`
+seconds to finish it (each closes once its answer is sent), then closes the rest.
 """
 
 from __future__ import annotations
@@ -68,6 +70,18 @@ class WyomingServer(AsyncServer):
         if len(self._handlers) < self.settings.max_connections:
             await self._handler_callback(factory, reader, writer)
             return
+        silent = self._silent()
+        if silent is not None:  # full of connections that said nothing: make room
+            log.debug("wyoming: closed %s (no event yet) to make room", silent.peer)
+            await silent.evict(
+                Overloaded(
+                    "server full: this connection sent no event yet and was closed to make "
+                    "room for another; send an event (describe) as soon as you connect",
+                    1000,
+                )
+            )
+            await self._handler_callback(factory, reader, writer)
+            return
         self.refused += 1
         busy = Overloaded(
             f"server busy: {len(self._handlers)} Wyoming connections open, this server's "
@@ -82,6 +96,13 @@ class WyomingServer(AsyncServer):
         except ConnectionError:
             pass
         writer.close()
+
+    def _silent(self) -> WyomingHandler | None:
+        """The oldest connection that has not sent a whole event (nor been evicted)."""
+        for handler in self._handlers.values():
+            if isinstance(handler, WyomingHandler) and handler.silent:
+                return handler
+        return None
 
     @property
     def connections(self) -> int:
