@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import uvicorn
 from starlette.types import ASGIApp
 
+from xattn.service.engine.sockets import listen
 from xattn.service.http.connections import guarded
 
 log = logging.getLogger(__name__)
@@ -30,18 +31,8 @@ class _Uvicorn(uvicorn.Server):
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """A listening TCP socket (OSError naming the address when it cannot bind)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(1024)
-    except OSError as e:
-        sock.close()
-        raise OSError(f"cannot listen on {host}:{port} (HTTP): {e.strerror or e}") from e
-    sock.setblocking(False)
-    return sock
+    """A listening TCP socket for this face (OSError naming the address when it cannot bind)."""
+    return listen(host, port, "HTTP", 1024)
 
 
 @dataclass(frozen=True)

@@ -22,24 +22,15 @@ from wyoming.server import AsyncServer, HandlerFactory
 
 from xattn.service.engine.engine import Engine, Overloaded
 from xattn.service.engine.errors import fault_of
+from xattn.service.engine.sockets import listen
 from xattn.service.wyoming.handler import LINE_LIMIT, WyomingHandler, WyomingSettings
 
 log = logging.getLogger(__name__)
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """A listening TCP socket (OSError naming the address when it cannot bind)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(256)
-    except OSError as e:
-        sock.close()
-        raise OSError(f"cannot listen on {host}:{port} (Wyoming): {e.strerror or e}") from e
-    sock.setblocking(False)
-    return sock
+    """A listening TCP socket for this face (OSError naming the address when it cannot bind)."""
+    return listen(host, port, "Wyoming", 256)
 
 
 class WyomingServer(AsyncServer):
