@@ -185,17 +185,24 @@ class StepBatcher:
             return run()
         return self._thread.submit(run).result()
 
+    def round_key(self) -> int | None:
+        """A key for a turn that several threads share (`turn(key)`; TurnThread.new_key);
+        None without a TurnThread."""
+        return self._thread.new_key() if isinstance(self._thread, TurnThread) else None
+
     @contextlib.contextmanager
-    def turn(self) -> Iterator[None]:
+    def turn(self, key: int | None = None) -> Iterator[None]:
         """Hold the model thread for a while: once the work queued before has run, this
         thread's model work goes before work submitted after the turn began, and the model
         thread waits for its next call (xattn.model.decode.model_thread). Entering waits for the
         turn to come, so what the caller reads next (a live stream's newest audio) is as
-        fresh as it can be when its work starts. Without a TurnThread: no wait, no order."""
+        fresh as it can be when its work starts. `key` (from `round_key`): a turn shared with
+        other threads, whose decoder steps then batch with this one's. Without a TurnThread:
+        no wait, no order."""
         if not isinstance(self._thread, TurnThread):
             yield
             return
-        with self._thread.turn():
+        with self._thread.turn(key):
             self.call(_nothing)
             yield
 
