@@ -56,10 +56,13 @@ def config(**kw: object) -> Request:
 
 def test_capacity_sizing_and_flags() -> None:
     assert streams_for(1.0, 0.3) == 3 and streams_for(1.0, 2.0) == 1 and streams_for(1, 0) == 1
-    given = LiveAdmission(1.0, max_streams=2)
-    assert given.refusal(1, "m") is None
-    refused = given.refusal(2, "m")
-    assert refused is not None and "2 live streams" in refused.why and refused.retry_seconds > 0
+    given = LiveAdmission("m", 1.0, max_streams=2, step_seconds=0.1)
+    assert given.max_streams == 2 and given.refusal(1) is None
+    refused = given.refusal(2)
+    assert refused is not None and "2 live streams of m" in refused.why
+    assert refused.retry_seconds > 0
+    assert LiveAdmission("m", 1.0, step_seconds=0.3).max_streams == 3  # measured
+    assert LiveAdmission("m", 1.0, step_seconds=4.0).max_streams == 1
     audio = voiced_audio(2.0)
     assert audio.dtype == np.float32 and audio.shape == (2 * RATE,) and 0 < np.abs(audio).max() < 1
     args = parse_args(["--live-lag-target", "0.5", "--max-live-streams", "3"])

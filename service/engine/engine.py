@@ -40,7 +40,7 @@ from xattn.model.pipeline import Pipeline
 from xattn.model.transcribe.sequential import Event
 from xattn.service.engine import capacity
 from xattn.service.engine.decoders import DecoderProcesses
-from xattn.service.engine.live_admission import LiveAdmission
+from xattn.service.engine.live_admission import LiveAdmission, measure_step
 from xattn.service.engine.live_rounds import LiveRounds
 from xattn.service.engine.observe import NULL, Observer, current_request, decoding_of
 from xattn.service.engine.refusal import Overloaded, overloaded, refusal
@@ -193,10 +193,11 @@ class Engine:
         if warm_up:
             seconds = await in_passing_thread(pipe.warm_up)
             log.info("warmed up %s in %.2f s", pipe.name, seconds)
+        step = 0.0  # a live step timed: the live capacity (unless --max-live-streams)
+        if warm_up and self.limits.max_live_streams <= 0:
+            step = await in_passing_thread(measure_step, pipe)
         pipe = await in_passing_thread(self._batched, pipe)  # packs the weights
-        self._add(pipe, seconds)
-        if warm_up:  # a live step timed: the live capacity (unless --max-live-streams)
-            await in_passing_thread(self._models[pipe.name].admission.calibrate, pipe)
+        self._add(pipe, seconds, step)
         return pipe
 
     def _budget(self) -> int:
@@ -214,7 +215,7 @@ class Engine:
             return pipe
         return pipe.batched(self._resolve_workers(pipe) + max(1, self.limits.live_workers))
 
-    def _add(self, pipe: Pipeline, warm_up_seconds: float = 0.0) -> None:
+    def _add(self, pipe: Pipeline, warm_up_seconds: float = 0.0, step: float = 0.0) -> None:
         workers = self._resolve_workers(pipe)
         prefix = f"xattn-decode-{len(self._models)}" if self._models else "xattn-decode"
         pool = ThreadPoolExecutor(workers, thread_name_prefix=prefix)
@@ -229,7 +230,8 @@ class Engine:
             *(pipe.name, workers, budget / capacity.MB, clip / capacity.MB),
             *(longest / capacity.MB, self.limits.max_audio_seconds),
         )
-        admission = LiveAdmission(self.limits.live_lag_target, self.limits.max_live_streams)
+        lim = self.limits
+        admission = LiveAdmission(pipe.name, lim.live_lag_target, lim.max_live_streams, step)
         rounds = LiveRounds(self.live_pool, pipe.context.batcher)
         self._models[pipe.name] = _Model(pipe, pool, workers, estimate, budget, admission, rounds)
         if pipe.context.batcher is not None:
@@ -306,9 +308,9 @@ class Engine:
 
     def _refusal(self, m: _Model, live: bool) -> Overloaded | None:
         """Why a new request of model `m` is refused now (None: admitted); under the lock."""
-        if live and (full := m.admission.refusal(m.live, m.pipe.name)) is not None:
+        if live and (full := m.admission.refusal(m.live)) is not None:
             return overloaded(full.why, full.retry_seconds, "live_full")
-        return refusal(m, self.limits, live)
+        return refusal(m, self.limits.max_queue, self.limits.max_queue_wait, live)
 
     def enqueue(self, run: Run) -> None:
         """Queue an admitted run whose audio is decoded for its model's workers."""

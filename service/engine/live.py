@@ -307,8 +307,9 @@ class LiveSession:
                     )
                 )
             )
+            outcome = "finished"  # every step is over: the slot is free before `done` goes
+            self._release(slot, outcome)  # (a client that opens its next stream on `done`)
             yield last
-            outcome = "finished"
         except (asyncio.CancelledError, GeneratorExit):
             outcome = "cancelled"
             raise

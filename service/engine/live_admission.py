@@ -4,9 +4,10 @@ A live stream steps in rounds with the model's other streams (xattn.service.engi
 a round costs about one step per stream (the encoder passes run one after another; the
 decoder steps share batches, which this ignores: the bound errs low), and a word waits about
 one round once it is heard. So a model holds `lag_target / step` streams, with `step` the
-seconds of one live step measured at start-up (`calibrate`): the real LiveTranscriber on the
-model thread over CALIBRATION_SECONDS of generated voiced audio (the policy's buffer
-half full), after one untimed step. `--max-live-streams N` gives the number instead.
+seconds of one live step measured at start-up (`measure_step`, after the warm-up, before the
+model serves): the real LiveTranscriber over CALIBRATION_SECONDS of generated voiced audio
+(the policy's buffer half full), after one untimed step. `--max-live-streams N` gives the
+number instead.
 
 The next stream beyond it is refused (`refusal`: the engine raises Overloaded, reason
 `live_full`, which every face maps through service.engine.errors) instead of every stream
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 
 CALIBRATION_SECONDS = 12.0  # buffered audio of the timed step: about half the policy's 25 s
 RETRY_SECONDS = 5.0  # the hint to a refused stream
+UNMEASURED = 8  # the capacity of a model loaded without a warm-up (nothing timed)
 
 
 @dataclass(frozen=True)
@@ -53,8 +55,9 @@ def voiced_audio(seconds: float, seed: int = 0) -> np.ndarray:
 
 
 def measure_step(pipe: Pipeline, seconds: float = CALIBRATION_SECONDS) -> float:
-    """Wall-clock seconds of one live step over `seconds` of buffered audio, on the pipeline's
-    model thread (its batcher's), after an untimed step over all but the last second."""
+    """Wall-clock seconds of one live step over `seconds` of buffered audio, after an untimed
+    step over all but the last second (on the model thread of the pipeline's batcher if it
+    has one, else on the caller's: blocking)."""
     live = LiveTranscriber(pipe.context, pipe.alignment_heads, LiveOptions())
     audio = voiced_audio(seconds)
     split = max(0, len(audio) - SAMPLE_RATE)
@@ -72,36 +75,32 @@ def streams_for(lag_target: float, step_seconds: float) -> int:
 
 
 class LiveAdmission:
-    """One model's live capacity: given (`max_streams` > 0) or measured (`calibrate`)."""
+    """One model's live capacity: given (`max_streams` > 0), or sized from a live step's
+    measured seconds (`measure_step`); neither: UNMEASURED streams."""
 
-    def __init__(self, lag_target: float, max_streams: int = 0) -> None:
-        self.lag_target = lag_target
-        self.given = max_streams
-        self.step_seconds = 0.0  # measured by `calibrate` (0: not measured)
-        self.max_streams = max_streams if max_streams > 0 else 1
+    def __init__(
+        self, model: str, lag_target: float, max_streams: int = 0, step_seconds: float = 0.0
+    ) -> None:
+        self.model, self.lag_target, self.step_seconds = model, lag_target, step_seconds
+        if max_streams > 0:
+            self.max_streams = max_streams
+        elif step_seconds > 0:
+            self.max_streams = streams_for(lag_target, step_seconds)
+            log.info(
+                "model %s: %d live streams at a lag target of %g s (a live step over %g s of "
+                "audio took %.3f s)",
+                *(model, self.max_streams, lag_target, CALIBRATION_SECONDS, step_seconds),
+            )
+        else:
+            self.max_streams = UNMEASURED
 
-    def calibrate(self, pipe: Pipeline) -> int:
-        """Measure a live step of `pipe` (blocking: off the event loop) and size the capacity
-        from it, unless it was given; the capacity."""
-        if self.given > 0:
-            return self.max_streams
-        self.step_seconds = measure_step(pipe)
-        self.max_streams = streams_for(self.lag_target, self.step_seconds)
-        log.info(
-            "model %s: %d live streams at a lag target of %g s (a live step over %g s of audio "
-            "took %.3f s)",
-            *(pipe.name, self.max_streams, self.lag_target, CALIBRATION_SECONDS),
-            self.step_seconds,
-        )
-        return self.max_streams
-
-    def refusal(self, live_now: int, model: str) -> Refusal | None:
+    def refusal(self, live_now: int) -> Refusal | None:
         """Why one more live stream beside `live_now` is refused (None: admitted)."""
         if live_now < self.max_streams:
             return None
         target = f"{self.lag_target:g} s"
         return Refusal(
-            f"{live_now} live streams of {model} already (its capacity at the {target} lag "
+            f"{live_now} live streams of {self.model} already (its capacity at the {target} lag "
             "target on this machine)",
             RETRY_SECONDS,
         )

@@ -10,10 +10,25 @@ xattn.service.engine.live_admission's.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sized
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from xattn.service.engine.engine import Limits, _Model
+from xattn.model.pipeline import Pipeline
+from xattn.service.engine.capacity import WaitEstimate
+
+
+class ModelLoad(Protocol):
+    """What the refusal reads of a model's serving state (the engine's, under its lock)."""
+
+    pipe: Pipeline
+    workers: int
+    estimate: WaitEstimate
+    in_flight: int  # admitted and not over, live streams included
+    running: int
+    live: int
+    queued: Sized
+
+    def windows_queued(self) -> int: ...
 
 
 class Overloaded(RuntimeError):
@@ -32,16 +47,17 @@ def overloaded(why: str, retry_seconds: float, reason: str = "queue_full") -> Ov
     return Overloaded(f"server busy: {why}; retry in about {retry_ms} ms", retry_ms, reason)
 
 
-def refusal(m: _Model, limits: Limits, live: bool) -> Overloaded | None:
+def refusal(m: ModelLoad, max_queue: int, bound: float, live: bool) -> Overloaded | None:
     """Why a new request of model `m` (`live`: a live stream) is refused by the file path's
-    bounds now (None: admitted); under the engine's lock."""
+    bounds (`max_queue`, the queue wait's `bound` in seconds) now (None: admitted); under the
+    engine's lock."""
     spw = m.estimate.seconds_per_window
-    limit, bound = m.workers + max(0, limits.max_queue), limits.max_queue_wait
+    limit = m.workers + max(0, max_queue)
     if m.in_flight >= limit:
         retry = m.estimate.wait(max(1, len(m.queued)) / m.workers) + spw
         return overloaded(
             f"{m.in_flight} transcriptions of {m.pipe.name} in flight ({m.workers} "
-            f"decoding, queue of {limits.max_queue} full)",
+            f"decoding, queue of {max_queue} full)",
             retry,
         )
     loading = m.in_flight - m.live - m.running - len(m.queued)  # files' audio being read
