@@ -95,6 +95,10 @@ class TurnThread(ModelThread):
         key = getattr(self._local, "key", None)
         return next(self._keys) if key is None else key
 
+    def in_turn(self) -> bool:
+        """Whether the calling thread is in a turn."""
+        return getattr(self._local, "key", None) is not None
+
     def new_key(self) -> int:
         """A key for a turn that several threads share (`turn(key)`): after every key so far."""
         with self._cond:

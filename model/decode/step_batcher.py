@@ -101,6 +101,7 @@ class _Step:
     finish: Finish
     reorder: list[int] | None = None  # the cache's rows first (KVCache.reorder)
     key: int = 0  # its place on the model thread (TurnThread.key)
+    turn: bool = False  # its decode runs in a turn (a live step's)
     out: object = None  # what finish returned
     error: BaseException | None = None
     done: bool = False
@@ -125,6 +126,7 @@ class BatchStats:
     steps: int = 0  # decode steps run
     batches: int = 0  # forwards that ran them
     busy: float = 0.0  # seconds the model thread spent on work (batches and calls)
+    turn_busy: float = 0.0  # ... of it on work of turns (live steps; a batch's by its rows)
     encoder_calls: int = 0  # with batch_encoder: encoder calls, and the windows they encoded
     windows_encoded: int = 0
 
@@ -173,17 +175,24 @@ class StepBatcher:
     def call(self, fn: Callable[..., T], *args: object) -> T:
         """fn(*args), a decode's model work outside `step`, on the model thread; waits."""
 
+        turn = self._in_turn()
+
         def run() -> T:
             t0 = time.perf_counter()
             try:
                 with torch.inference_mode():
                     return fn(*args)
             finally:
-                self.stats.busy += time.perf_counter() - t0
+                seconds = time.perf_counter() - t0
+                self.stats.busy += seconds
+                self.stats.turn_busy += seconds if turn else 0.0
 
         if isinstance(self._thread, CallerThread) and self._thread.owned():
             return run()
         return self._thread.submit(run).result()
+
+    def _in_turn(self) -> bool:
+        return isinstance(self._thread, TurnThread) and self._thread.in_turn()
 
     def round_key(self) -> int | None:
         """A key for a turn that several threads share (`turn(key)`; TurnThread.new_key);
@@ -289,6 +298,7 @@ class StepBatcher:
         A list of tokens is a multi-row step (one per row of the cache, after its rows are
         reordered by `reorder`): its rows take consecutive rows of the batch."""
         mine = _Step(token, cache, need_scores, project, finish, reorder, self._thread.key())
+        mine.turn = self._in_turn()
         with self._cond:
             self._pending.append(mine)
             self._schedule()
@@ -352,6 +362,7 @@ class StepBatcher:
             self.stats.steps += len(batch)
             self.stats.batches += 1
             self.stats.busy += seconds
+            self.stats.turn_busy += seconds * sum(s.turn for s in batch) / len(batch)
             if self.observer is not None and ready:
                 rows = sum(len(s.token) if isinstance(s.token, list) else 1 for s in ready)
                 self.observer.stepped(rows, seconds)

@@ -424,7 +424,8 @@ class Engine:
             done = m.windows_done
             self._dispatch(m)
         if batcher is not None:
-            m.estimate.update(batcher.stats.busy, done)
+            stats = batcher.stats  # the files' model time: live steps' turns apart
+            m.estimate.update(stats.busy - stats.turn_busy, done)
 
     async def close(self) -> None:
         """Stop taking work; wait for the worker threads (call after in-flight RPCs end)."""
