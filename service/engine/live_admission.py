@@ -5,9 +5,11 @@ a round costs about one step per stream (the encoder passes run one after anothe
 decoder steps share batches, which this ignores: the bound errs low), and a word waits about
 one round once it is heard. So a model holds `lag_target / step` streams, with `step` the
 seconds of one live step measured at start-up (`measure_step`, after the warm-up, before the
-model serves): the real LiveTranscriber over CALIBRATION_SECONDS of generated voiced audio
-(the policy's buffer half full), after one untimed step. `--max-live-streams N` gives the
-number instead.
+model serves): the real LiveTranscriber over CALIBRATION_SECONDS of speech (the policy's
+buffer half full), after one untimed step. The speech is the repository's samples/hello.wav
+(synthesized, looped) where it is installed, so the step decodes words; elsewhere generated
+voiced audio, which decodes to few tokens or none (the timing is then mostly the encoder's).
+`--max-live-streams N` gives the number instead.
 
 The next stream beyond it is refused (`refusal`: the engine raises Overloaded, reason
 `live_full`, which every face maps through service.engine.errors) instead of every stream
@@ -19,10 +21,11 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
-from xattn.model.audio.features import SAMPLE_RATE
+from xattn.model.audio.features import SAMPLE_RATE, AudioError, decode_audio
 from xattn.model.live.transcriber import LiveOptions, LiveTranscriber
 from xattn.model.pipeline import Pipeline
 
@@ -30,6 +33,7 @@ log = logging.getLogger(__name__)
 
 CALIBRATION_SECONDS = 12.0  # buffered audio of the timed step: about half the policy's 25 s
 RETRY_SECONDS = 5.0  # the hint to a refused stream
+SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "hello.wav"  # 8.6 s of speech
 UNMEASURED = 8  # the capacity of a model loaded without a warm-up (nothing timed)
 
 
@@ -54,12 +58,22 @@ def voiced_audio(seconds: float, seed: int = 0) -> np.ndarray:
     return audio.astype(np.float32)
 
 
+def calibration_audio(seconds: float = CALIBRATION_SECONDS) -> np.ndarray:
+    """`seconds` of SAMPLE looped (16 kHz float32), else of `voiced_audio`."""
+    try:
+        speech = decode_audio(SAMPLE)
+    except (OSError, AudioError):
+        return voiced_audio(seconds)
+    n = int(seconds * SAMPLE_RATE)
+    return np.resize(speech, n).astype(np.float32) if len(speech) else voiced_audio(seconds)
+
+
 def measure_step(pipe: Pipeline, seconds: float = CALIBRATION_SECONDS) -> float:
     """Wall-clock seconds of one live step over `seconds` of buffered audio, after an untimed
     step over all but the last second (on the model thread of the pipeline's batcher if it
     has one, else on the caller's: blocking)."""
     live = LiveTranscriber(pipe.context, pipe.alignment_heads, LiveOptions())
-    audio = voiced_audio(seconds)
+    audio = calibration_audio(seconds)
     split = max(0, len(audio) - SAMPLE_RATE)
     live.feed_in_turn(lambda: audio[:split])
     before = live.stats.step_seconds
