@@ -3,7 +3,7 @@
 - GetModelInfo says how many live streams each model holds at the lag target (measured at
   start-up, or as given by --max-live-streams).
 - Beyond it, the next live stream is refused at once: RESOURCE_EXHAUSTED with a retry hint
-  (gRPC), an `error` event server_busy with the hint (Realtime); the admitted one goes on.
+  (gRPC), an `error` event server_busy with the hint (Realtime, Wyoming); the first goes on.
 - Live streams do not count as queued file work: a file beside a live stream is admitted.
 - Rounds: streams that always have audio never wait for another stream's two whole steps
   (the observer's step spans, by request id), and concurrent steps share batched decoder
@@ -27,6 +27,7 @@ import pytest
 import torch
 import torchaudio.functional as AF
 from openai_ref import pipeline
+from wyoming_client import command
 
 from xattn.model.audio.features import decode_audio
 from xattn.service.__main__ import config_from_args, parse_args
@@ -86,7 +87,13 @@ def test_measured_capacity_in_model_info() -> None:
 def one_live() -> Iterator[BackgroundServer]:
     """One live stream at most; a file queue that a live stream must not look full."""
     config = ServerConfig(
-        port=0, http_port=0, workers=1, max_queue=4, max_queue_wait=0.001, max_live_streams=1
+        port=0,
+        http_port=0,
+        wyoming_port=0,
+        workers=1,
+        max_queue=4,
+        max_queue_wait=0.001,
+        max_live_streams=1,
     )
     with BackgroundServer(config, pipeline("tiny.en")) as server:
         yield server
@@ -134,12 +141,15 @@ def test_second_live_stream_refused_first_goes_on(
             realtime = realtime_refusal(server.http_address, jfk_path)
             assert realtime["code"] == "server_busy" and realtime["type"] == "server_error"
             assert "retry in about" in realtime["message"]
+            wyoming = asyncio.run(command(server.server.wyoming_port, jfk_pcm[: 2 * RATE]))
+            assert wyoming.error is not None and wyoming.error.data["code"] == "server_busy"
+            assert "retry in about" in wyoming.error.data["text"]
         finally:
             go.set()
         rest = list(first)
     assert rest[-1].HasField("done") and rest[-1].done.audio_seconds == pytest.approx(3.0)
     assert rest[-1].done.text.strip()
-    assert server.engine.counters().rejected == 2  # the gRPC and the Realtime stream
+    assert server.engine.counters().rejected == 3  # the gRPC, Realtime and Wyoming streams
 
 
 def realtime_refusal(address: str, jfk_path: Path) -> dict:
