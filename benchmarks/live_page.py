@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> None:
     load = os.getloadavg()[0]
     print(f"tiny.en, {seconds:.1f} s ({args.clip.name} x {args.repeat}), load average {load:.2f}")
     rows = []
-    config = ServerConfig(port=0, max_queue=max(8, args.tabs))
+    config = ServerConfig(port=0, max_queue=max(8, args.tabs), max_live_streams=args.tabs)
     with (
         tempfile.TemporaryDirectory() as tmp,
         BackgroundServer(config, load_pipeline("tiny.en")) as server,

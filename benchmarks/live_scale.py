@@ -141,6 +141,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--skip", default="", help=f"comma-separated: {', '.join(SECTIONS)}")
     parser.add_argument("--quick", action="store_true", help="levels 1 2, short audio")
     parser.add_argument("--raw", type=Path, help="also write every stream's words here (JSON)")
+    parser.add_argument(
+        "--max-live-streams", type=int, default=0, help="the server's (0, its default: measured)"
+    )
     results.add_arguments(parser)
     args = parser.parse_args(argv)
     full = {"levels": [1, 2, 4, 8, 16], "seconds": 60.0, "peer_levels": [1, 4, 8]}
@@ -160,7 +163,9 @@ def run_ours(
 ) -> tuple[list[Stream], dict[str, list[Raw]], list[float], dict[str, Any]]:
     """Our server's levels: the streams' references, each door's raw levels (with the
     server's CPU, peak RSS and encoder calls), the encoder passes timed, the server's facts."""
-    config = ServerConfig(port=0, http_port=0, model=args.model)  # the rest: the defaults
+    config = ServerConfig(  # the rest: the defaults
+        port=0, http_port=0, model=args.model, max_live_streams=args.max_live_streams
+    )
     encoder = Encoder(side)
     encoder.probe(3)
     raw: dict[str, list[Raw]] = {door: [] for door in args.doors}
@@ -187,6 +192,7 @@ def run_ours(
                     raw[door].append(level)
                     print(f"  {door} x{n}: {level['wall s']:.0f} s", flush=True)
         about = {"model": pipe.name, "compute": pipe.compute, "live workers": config.live_workers}
+        about["max live streams"] = server.engine.live_streams_for(pipe.name)
     encoder.probe(3)
     return streams, raw, encoder.times, about
 
@@ -229,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
         "model": about["model"],
         "compute": about["compute"],
         "server": f"ServerConfig() but its ports: live_workers {about['live workers']}",
+        "max live streams": about["max live streams"],
+        "max live streams given": args.max_live_streams or "no (measured)",
         "doors": args.doors,
         "Realtime session": "turn_detection null, 24 kHz PCM16 appends of 100 ms",
         "clips": f"{len(found)} clips of ../shared/eval, {len(groups)} stream sequences",

@@ -179,7 +179,12 @@ def main(argv: list[str] | None = None) -> None:
     pcm = gap.join([clip] * args.repeat)
     audio_seconds = len(pcm) / 2 / RATE
     pipe = load_pipeline("tiny.en", compute=args.compute)
-    config = ServerConfig(port=0, live_workers=args.live_workers, max_queue=max(8, args.streams))
+    config = ServerConfig(
+        port=0,
+        live_workers=args.live_workers,
+        max_queue=max(8, args.streams),
+        max_live_streams=args.streams,  # the policy measured, not the admission
+    )
     print(
         f"tiny.en, {audio_seconds:.1f} s of audio ({args.clip.name} x {args.repeat}), speed "
         f"{args.speed:g}x, {os.cpu_count()} CPUs, torch threads {pipe_threads()}, load average "

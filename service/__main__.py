@@ -164,6 +164,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     flag("live-idle-timeout", float, DEFAULTS.live_idle_timeout, "seconds a live stream may idle")
     flag("live-workers", int, DEFAULTS.live_workers, "live decode steps run at once")
     flag(
+        "live-lag-target",
+        float,
+        DEFAULTS.live_lag_target,
+        "seconds of commit lag the live capacity is sized for (measured at start-up)",
+    )
+    flag(
+        "max-live-streams",
+        int,
+        DEFAULTS.max_live_streams,
+        "live streams at once, more are refused with server_busy (0: as many as the lag "
+        "target holds, measured)",
+    )
+    flag(
         "decode-processes",
         int,
         DEFAULTS.decode_processes,
@@ -241,6 +254,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--header-timeout, --idle-timeout and --http-body-timeout must be > 0")
     if args.live_idle_timeout <= 0 or (args.live_max_seconds or 1) <= 0 or args.live_workers < 1:
         parser.error("--live-idle-timeout, --live-max-seconds and --live-workers must be > 0")
+    if args.live_lag_target <= 0 or args.max_live_streams < 0:
+        parser.error("--live-lag-target must be > 0 and --max-live-streams >= 0")
     return args
 
 
@@ -275,6 +290,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         http_body_timeout=args.http_body_timeout,
         live_max_seconds=args.live_max_seconds,
         live_workers=args.live_workers,
+        live_lag_target=args.live_lag_target,
+        max_live_streams=args.max_live_streams,
         decode_processes=args.decode_processes,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,

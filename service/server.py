@@ -91,6 +91,8 @@ class ServerConfig:
     metrics_port_file: str | None = None  # written with the bound metrics port once listening
     live_idle_timeout: float = 10.0  # seconds a live stream may send nothing
     live_workers: int = 8  # live decode steps in flight (their decoder steps batched)
+    live_lag_target: float = 1.0  # seconds of commit lag the live capacity is sized for
+    max_live_streams: int = 0  # live streams at once; 0: measured at start-up
     live_max_seconds: float | None = None  # audio per live stream; None: max_audio_seconds,
     # at most LIVE_MAX_SECONDS
     decode_processes: int = 2  # encoded files decoded at once, in worker processes (0: here)
@@ -146,6 +148,8 @@ class Server:
             max_live_seconds=config.max_live_seconds,
             live_idle_timeout=config.live_idle_timeout,
             live_workers=config.live_workers,
+            live_lag_target=config.live_lag_target,
+            max_live_streams=config.max_live_streams,
             decode_processes=config.decode_processes,
         )
         self.engine = Engine(limits)

@@ -48,7 +48,7 @@ SILENCE_MS = 500  # server_vad's default silence_duration_ms
 @pytest.fixture(scope="module")
 def server() -> Iterator[tuple[BackgroundServer, str]]:
     """Our server, gRPC and HTTP (/v1/realtime) on one loop and engine; its HTTP address."""
-    config = ServerConfig(port=0, http_port=0, workers=1, max_queue=3)
+    config = ServerConfig(port=0, http_port=0, workers=1, max_queue=3, max_live_streams=4)
     with BackgroundServer(config, pipeline("tiny.en")) as bg:
         yield bg, bg.http_address
 

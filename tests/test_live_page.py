@@ -55,7 +55,9 @@ class Served:
     """The module's server; the last test stops it (server gone mid-stream)."""
 
     def __init__(self) -> None:
-        config = ServerConfig(port=0, workers=1, max_queue=1, live_idle_timeout=5.0)
+        config = ServerConfig(
+            port=0, workers=1, max_queue=1, live_idle_timeout=5.0, max_live_streams=2
+        )
         self.server = BackgroundServer(config, pipeline("tiny.en"))  # two live streams at once
         self.address = self.server.address
         self.stopped = False

@@ -45,6 +45,7 @@ def server() -> Iterator[BackgroundServer]:
         port=0,
         workers=1,
         max_queue=1,  # two streams at once; a third is refused
+        max_live_streams=4,  # by the queue's slots, not the live capacity
         live_idle_timeout=IDLE_TIMEOUT,
         live_max_seconds=MAX_LIVE_SECONDS,
     )

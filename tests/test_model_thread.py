@@ -119,3 +119,59 @@ def test_a_live_step_takes_its_audio_once_the_work_before_it_has_run(jfk_path: P
     assert log == ["blocker", "take"]
     assert live.stats.steps == 1 and results is not None  # it decoded the 3 s it took
     batcher.close()
+
+
+def test_a_shared_turn_interleaves_its_threads_and_holds_off_newer_work() -> None:
+    """A round: two threads in one turn (`new_key`, `turn(key)`): each one's calls run
+    while the other is between its own (no hold between them), work submitted after the
+    round began waits for both, and the turn closes when the last one leaves."""
+    thread, log = TurnThread(hold=WAIT), []
+    thread.submit(blocker(thread, log, queued=2))  # until "a 1" and "newer" wait
+    key = thread.new_key()
+    inside = threading.Barrier(2)
+    a_ran, newer_queued = threading.Event(), threading.Event()
+
+    def member(name: str) -> None:
+        with thread.turn(key) as mine:
+            assert mine == key
+            inside.wait(WAIT)
+            if name == "b":
+                assert a_ran.wait(WAIT)  # a's call ran while b was in the turn, idle
+                assert newer_queued.wait(WAIT)
+            thread.submit(log.append, f"{name} 1").result(WAIT)
+            if name == "a":
+                a_ran.set()
+                assert newer_queued.wait(WAIT)
+            thread.submit(log.append, f"{name} 2").result(WAIT)
+
+    members = [threading.Thread(target=member, args=(n,)) for n in ("a", "b")]
+    for m in members:
+        m.start()
+    with thread._cond:
+        assert thread._cond.wait_for(lambda: thread._members.get(key) == 2, WAIT)
+    newer = thread.submit(log.append, "newer")  # after the round began
+    newer_queued.set()
+    newer.result(WAIT)
+    for m in members:
+        m.join(WAIT)
+    assert log[0] == "blocker" and log[-1] == "newer"
+    assert log.index("a 1") < log.index("b 1") and {"a 2", "b 2"} <= set(log)
+    assert key not in thread._open and key not in thread._members
+    thread.shutdown()
+
+
+def test_the_batcher_tells_turn_work_apart() -> None:
+    """Model time of work in turns (live steps) is counted apart (`turn_busy`), so the
+    file path's wait estimate can leave it out."""
+    pipe = load_pipeline("tiny.en")
+    batcher = StepBatcher(pipe.model)
+    try:
+        batcher.call(lambda: sum(range(200_000)))
+        assert batcher.stats.busy > 0 and batcher.stats.turn_busy == 0
+        before = batcher.stats.busy
+        with batcher.turn():
+            batcher.call(lambda: sum(range(200_000)))
+        in_turn = batcher.stats.busy - before
+        assert 0 < batcher.stats.turn_busy <= in_turn
+    finally:
+        batcher.close()

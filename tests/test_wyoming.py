@@ -60,7 +60,7 @@ def bg() -> Iterator[BackgroundServer]:
     while live streams run, the engine's wait estimate counts each as a file still loading
     and their encoder time as file windows', which on a busy machine refuses the batch
     commands of test_many_clients_at_once (admission is not what this module tests)."""
-    config = ServerConfig(port=0, wyoming_port=0, workers=2, max_queue_wait=600)
+    config = ServerConfig(port=0, wyoming_port=0, workers=2, max_queue_wait=600, max_live_streams=8)
     with BackgroundServer(config, pipeline("tiny.en")) as server:
         yield server
 

@@ -48,6 +48,7 @@ def bg() -> Iterator[BackgroundServer]:
         live_idle_timeout=IDLE,
         live_max_seconds=3.0,
         max_message_mb=0.25,  # a batch command's PCM: what one Transcribe may carry
+        max_live_streams=4,  # the slots above bound the streams, not the live capacity
     )
     with BackgroundServer(config, pipeline("tiny.en")) as server:
         yield server

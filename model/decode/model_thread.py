@@ -13,6 +13,9 @@ queued (its thread is between two calls), the model thread holds for it, at most
 seconds after the turn was last active, rather than start newer work (an encoder pass of
 another stream: 0.2 s that its next decoder step would wait). A turn runs from its start to
 its end without the work that came after it, and work that came before it goes first.
+Several threads may share one turn (a *round*: `new_key()`, then `turn(key)` on each): their
+calls run at its key in the order they come, so their decoder steps can meet in one batch,
+and the turn ends when the last of them leaves it.
 
 Without turns it is a single-thread executor in submission order.
 """
@@ -81,6 +84,7 @@ class TurnThread(ModelThread):
         self._keys = itertools.count()
         self._seq = itertools.count()
         self._open: dict[int, float] = {}  # open turns: key -> when last active (monotonic)
+        self._members: dict[int, int] = {}  # open turns: key -> threads in it
         self._local = threading.local()
         self._closed = False
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
@@ -91,22 +95,35 @@ class TurnThread(ModelThread):
         key = getattr(self._local, "key", None)
         return next(self._keys) if key is None else key
 
+    def in_turn(self) -> bool:
+        """Whether the calling thread is in a turn."""
+        return getattr(self._local, "key", None) is not None
+
+    def new_key(self) -> int:
+        """A key for a turn that several threads share (`turn(key)`): after every key so far."""
+        with self._cond:
+            return next(self._keys)
+
     @contextlib.contextmanager
-    def turn(self) -> Iterator[int]:
-        """Open a turn on this thread (within one already open: that one); yields its key."""
+    def turn(self, key: int | None = None) -> Iterator[int]:
+        """Open a turn on this thread (within one already open: that one); yields its key.
+        `key` (from `new_key`): join the turn of that key, shared with other threads."""
         if getattr(self._local, "key", None) is not None:
             yield self._local.key
             return
         with self._cond:
-            key = next(self._keys)
+            key = next(self._keys) if key is None else key
             self._open[key] = time.monotonic()
+            self._members[key] = self._members.get(key, 0) + 1
         self._local.key = key
         try:
             yield key
         finally:
             self._local.key = None
             with self._cond:
-                del self._open[key]
+                self._members[key] -= 1
+                if not self._members[key]:
+                    del self._open[key], self._members[key]
                 self._cond.notify_all()
 
     def submit_at(self, key: int, fn: Callable[[], T]) -> Future[T]:

@@ -101,6 +101,7 @@ class _Step:
     finish: Finish
     reorder: list[int] | None = None  # the cache's rows first (KVCache.reorder)
     key: int = 0  # its place on the model thread (TurnThread.key)
+    turn: bool = False  # its decode runs in a turn (a live step's)
     out: object = None  # what finish returned
     error: BaseException | None = None
     done: bool = False
@@ -125,6 +126,7 @@ class BatchStats:
     steps: int = 0  # decode steps run
     batches: int = 0  # forwards that ran them
     busy: float = 0.0  # seconds the model thread spent on work (batches and calls)
+    turn_busy: float = 0.0  # ... of it on work of turns (live steps; a batch's by its rows)
     encoder_calls: int = 0  # with batch_encoder: encoder calls, and the windows they encoded
     windows_encoded: int = 0
 
@@ -173,29 +175,43 @@ class StepBatcher:
     def call(self, fn: Callable[..., T], *args: object) -> T:
         """fn(*args), a decode's model work outside `step`, on the model thread; waits."""
 
+        turn = self._in_turn()
+
         def run() -> T:
             t0 = time.perf_counter()
             try:
                 with torch.inference_mode():
                     return fn(*args)
             finally:
-                self.stats.busy += time.perf_counter() - t0
+                seconds = time.perf_counter() - t0
+                self.stats.busy += seconds
+                self.stats.turn_busy += seconds if turn else 0.0
 
         if isinstance(self._thread, CallerThread) and self._thread.owned():
             return run()
         return self._thread.submit(run).result()
 
+    def _in_turn(self) -> bool:
+        return isinstance(self._thread, TurnThread) and self._thread.in_turn()
+
+    def round_key(self) -> int | None:
+        """A key for a turn that several threads share (`turn(key)`; TurnThread.new_key);
+        None without a TurnThread."""
+        return self._thread.new_key() if isinstance(self._thread, TurnThread) else None
+
     @contextlib.contextmanager
-    def turn(self) -> Iterator[None]:
+    def turn(self, key: int | None = None) -> Iterator[None]:
         """Hold the model thread for a while: once the work queued before has run, this
         thread's model work goes before work submitted after the turn began, and the model
         thread waits for its next call (xattn.model.decode.model_thread). Entering waits for the
         turn to come, so what the caller reads next (a live stream's newest audio) is as
-        fresh as it can be when its work starts. Without a TurnThread: no wait, no order."""
+        fresh as it can be when its work starts. `key` (from `round_key`): a turn shared with
+        other threads, whose decoder steps then batch with this one's. Without a TurnThread:
+        no wait, no order."""
         if not isinstance(self._thread, TurnThread):
             yield
             return
-        with self._thread.turn():
+        with self._thread.turn(key):
             self.call(_nothing)
             yield
 
@@ -282,6 +298,7 @@ class StepBatcher:
         A list of tokens is a multi-row step (one per row of the cache, after its rows are
         reordered by `reorder`): its rows take consecutive rows of the batch."""
         mine = _Step(token, cache, need_scores, project, finish, reorder, self._thread.key())
+        mine.turn = self._in_turn()
         with self._cond:
             self._pending.append(mine)
             self._schedule()
@@ -345,6 +362,7 @@ class StepBatcher:
             self.stats.steps += len(batch)
             self.stats.batches += 1
             self.stats.busy += seconds
+            self.stats.turn_busy += seconds * sum(s.turn for s in batch) / len(batch)
             if self.observer is not None and ready:
                 rows = sum(len(s.token) if isinstance(s.token, list) else 1 for s in ready)
                 self.observer.stepped(rows, seconds)

@@ -33,7 +33,7 @@ from xattn.service.engine.engine import Event, Limits, Timings
 from xattn.service.engine.rows import RowSpec
 from xattn.v1 import transcriber_pb2 as pb
 
-Workers = Callable[[str], int] | None  # a model's resolved worker count, by name
+Workers = Callable[[str], int] | None  # a model's resolved worker (or live stream) count
 
 PCM_ENCODINGS = {pb.PCM_ENCODING_INT16: "int16", pb.PCM_ENCODING_FLOAT32: "float32"}
 TASKS = {pb.TASK_UNSPECIFIED: "transcribe", pb.TASK_TRANSCRIBE: "transcribe"}
@@ -314,9 +314,12 @@ def model_dims(d: ModelDims) -> pb.ModelDims:
     return pb.ModelDims(**{f.name: getattr(d, f.name) for f in dataclasses.fields(d)})
 
 
-def server_limits(limits: Limits, workers: int | None = None) -> pb.ServerLimits:
+def server_limits(
+    limits: Limits, workers: int | None = None, live_streams: int | None = None
+) -> pb.ServerLimits:
     """The limits as the proto reports them; `workers`: the resolved count (limits.workers
-    may be 0, auto)."""
+    may be 0, auto); `live_streams`: the live capacity (limits.max_live_streams may be 0,
+    measured)."""
     return pb.ServerLimits(
         max_audio_seconds=limits.max_audio_seconds,
         max_receive_message_bytes=limits.max_receive_message_bytes,
@@ -325,10 +328,14 @@ def server_limits(limits: Limits, workers: int | None = None) -> pb.ServerLimits
         max_queue=limits.max_queue,
         max_live_seconds=limits.max_live_seconds,
         live_idle_timeout_seconds=limits.live_idle_timeout,
+        max_live_streams=limits.max_live_streams if live_streams is None else live_streams,
+        live_lag_target_seconds=limits.live_lag_target,
     )
 
 
-def one_model(pipe: Pipeline, limits: Limits, workers: Workers = None) -> pb.ModelInfo:
+def one_model(
+    pipe: Pipeline, limits: Limits, workers: Workers = None, live: Workers = None
+) -> pb.ModelInfo:
     exact, note = compute_note(pipe.compute)
     return pb.ModelInfo(
         model_name=pipe.name,
@@ -343,36 +350,34 @@ def one_model(pipe: Pipeline, limits: Limits, workers: Workers = None) -> pb.Mod
         compute_note=note,
         checkpoint_format=pipe.checkpoint_format,
         checkpoint_dtype=pipe.checkpoint_dtype,
-        limits=server_limits(limits, workers(pipe.name) if workers else None),
+        limits=server_limits(
+            limits, workers(pipe.name) if workers else None, live(pipe.name) if live else None
+        ),
     )
 
 
 # the fields GetModelInfoResponse carries, for its default model, as ModelInfo does for each
 _TOP_LEVEL = (
-    "model_name",
-    "dims",
-    "alignment_heads",
-    "alignment_heads_source",
-    "languages",
-    "multilingual",
-    "compute_type",
-    "device",
-    "compute_exact",
-    "compute_note",
-    "limits",
+    *("model_name", "dims", "alignment_heads", "alignment_heads_source", "languages"),
+    *("multilingual", "compute_type", "device", "compute_exact", "compute_note", "limits"),
 )
 
 
 def model_info(
-    pipe: Pipeline, limits: Limits, pipelines: Sequence[Pipeline] = (), workers: Workers = None
+    pipe: Pipeline,
+    limits: Limits,
+    pipelines: Sequence[Pipeline] = (),
+    workers: Workers = None,
+    live: Workers = None,
 ) -> pb.GetModelInfoResponse:
     """`pipe` in the top-level fields; every model of the server (`pipelines`, default: just
-    `pipe`) in `models`; `workers`: a model's resolved worker count, by name."""
-    top = one_model(pipe, limits, workers)
+    `pipe`) in `models`; `workers`: a model's resolved worker count, by name; `live`: its
+    live capacity."""
+    top = one_model(pipe, limits, workers, live)
     return pb.GetModelInfoResponse(
         **{name: getattr(top, name) for name in _TOP_LEVEL},
         alignment_frames_per_second=FRAMES_PER_SECOND,
-        models=[one_model(p, limits, workers) for p in (pipelines or (pipe,))],
+        models=[one_model(p, limits, workers, live) for p in (pipelines or (pipe,))],
     )
 
 

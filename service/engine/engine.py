@@ -15,8 +15,9 @@ work queued ahead would keep a new request waiting longer than `max_queue_wait` 
 holds `max_queue`), with a retry hint from the measured model time per window.
 
 A live stream (xattn.service.engine.live) takes one admission slot for its whole duration
-(`admit_live`); its steps run on `live_workers` threads of their own and their model work on
-the same model thread, so live decode steps share the batch with the files'.
+(`admit_live`: at most the model's live capacity, xattn.service.engine.live_admission); its
+steps run in rounds (xattn.service.engine.live_rounds) on `live_workers` threads of their own
+and their model work on the same model thread, so live decode steps share the batch.
 """
 
 from __future__ import annotations
@@ -39,7 +40,10 @@ from xattn.model.pipeline import Pipeline
 from xattn.model.transcribe.sequential import Event
 from xattn.service.engine import capacity
 from xattn.service.engine.decoders import DecoderProcesses
+from xattn.service.engine.live_admission import LiveAdmission, measure_step
+from xattn.service.engine.live_rounds import LiveRounds
 from xattn.service.engine.observe import NULL, Observer, current_request, decoding_of
+from xattn.service.engine.refusal import Overloaded, overloaded, refusal
 from xattn.service.engine.run import END, Cancelled, LiveSlot, Run, T, Timings, in_passing_thread
 from xattn.service.engine.timeline import Timeline
 
@@ -67,6 +71,8 @@ class Limits:
     # live decode steps in flight (each stream runs one at a time); their model work takes
     # turns on the model thread, their decoder steps join the batch
     live_workers: int = 8
+    live_lag_target: float = 1.0  # seconds: live streams admitted while rounds fit in it
+    max_live_streams: int = 0  # live streams at once; 0: as measured (live_admission)
     # encoded files decoded at once, each in a worker process (xattn.service.engine.decoders); 0: on
     # the server's own threads, where a crash in FFmpeg or libsndfile ends the server
     decode_processes: int = 2
@@ -100,6 +106,8 @@ class _Model:
     workers: int
     estimate: capacity.WaitEstimate
     budget: int  # bytes the transcriptions on workers may hold (capacity.request_bytes)
+    admission: LiveAdmission  # its live capacity
+    rounds: LiveRounds  # its live streams' steps
     in_flight: int = 0  # admitted and not over
     running: int = 0  # handed to a worker
     live: int = 0  # live streams admitted and not over (in in_flight too)
@@ -113,15 +121,6 @@ class _Model:
 
 class NotReady(RuntimeError):
     """The model is not loaded (yet, or any more)."""
-
-
-class Overloaded(RuntimeError):
-    """Every worker is busy and the queue is full (`reason`: a value of observe.REFUSALS)."""
-
-    def __init__(self, message: str, retry_after_ms: int, reason: str = "queue_full") -> None:
-        super().__init__(message)
-        self.retry_after_ms = retry_after_ms
-        self.reason = reason
 
 
 class UnknownModel(OptionsError):
@@ -194,8 +193,11 @@ class Engine:
         if warm_up:
             seconds = await in_passing_thread(pipe.warm_up)
             log.info("warmed up %s in %.2f s", pipe.name, seconds)
+        step = 0.0  # a live step timed: the live capacity (unless --max-live-streams)
+        if warm_up and self.limits.max_live_streams <= 0:
+            step = await in_passing_thread(measure_step, pipe)
         pipe = await in_passing_thread(self._batched, pipe)  # packs the weights
-        self._add(pipe, seconds)
+        self._add(pipe, seconds, step)
         return pipe
 
     def _budget(self) -> int:
@@ -213,7 +215,7 @@ class Engine:
             return pipe
         return pipe.batched(self._resolve_workers(pipe) + max(1, self.limits.live_workers))
 
-    def _add(self, pipe: Pipeline, warm_up_seconds: float = 0.0) -> None:
+    def _add(self, pipe: Pipeline, warm_up_seconds: float = 0.0, step: float = 0.0) -> None:
         workers = self._resolve_workers(pipe)
         prefix = f"xattn-decode-{len(self._models)}" if self._models else "xattn-decode"
         pool = ThreadPoolExecutor(workers, thread_name_prefix=prefix)
@@ -228,10 +230,21 @@ class Engine:
             *(pipe.name, workers, budget / capacity.MB, clip / capacity.MB),
             *(longest / capacity.MB, self.limits.max_audio_seconds),
         )
-        self._models[pipe.name] = _Model(pipe, pool, workers, estimate, budget)
+        lim = self.limits
+        admission = LiveAdmission(pipe.name, lim.live_lag_target, lim.max_live_streams, step)
+        rounds = LiveRounds(self.live_pool, pipe.context.batcher)
+        self._models[pipe.name] = _Model(pipe, pool, workers, estimate, budget, admission, rounds)
         if pipe.context.batcher is not None:
             pipe.context.batcher.observer = self.observer.batcher(pipe.name)
         self.observer.model_loaded(pipe, workers, workers + max(0, self.limits.max_queue))
+
+    def live_rounds(self, model: str) -> LiveRounds:
+        """Where the live steps of `model` (its name) take their turns."""
+        return self._models[model].rounds
+
+    def live_streams_for(self, model: str = "") -> int:
+        """Live streams `model` ("" = the first) serves at once (its live capacity)."""
+        return self._models[self.pipeline_for(model).name].admission.max_streams
 
     def counters(self) -> Counters:
         with self._lock:
@@ -295,27 +308,9 @@ class Engine:
 
     def _refusal(self, m: _Model, live: bool) -> Overloaded | None:
         """Why a new request of model `m` is refused now (None: admitted); under the lock."""
-        spw = m.estimate.seconds_per_window
-        limit, bound = m.workers + max(0, self.limits.max_queue), self.limits.max_queue_wait
-        if m.in_flight >= limit:
-            retry = m.estimate.wait(max(1, len(m.queued)) / m.workers) + spw
-            return _overloaded(
-                f"{m.in_flight} transcriptions of {m.pipe.name} in flight ({m.workers} "
-                f"decoding, queue of {self.limits.max_queue} full)",
-                retry,
-            )
-        loading = m.in_flight - m.running - len(m.queued)  # audio being read (live: 0 windows)
-        if live or m.running + len(m.queued) + loading < m.workers:
-            return None  # a worker is free for it
-        wait = m.estimate.wait(m.windows_queued() + loading)
-        if wait <= bound:
-            return None
-        return _overloaded(
-            f"the {len(m.queued)} transcriptions queued for {m.pipe.name} would keep this one "
-            f"waiting about {wait:.0f} s (the bound is {bound:g} s)",
-            wait - bound + spw,
-            "queue_wait",
-        )
+        if live and (full := m.admission.refusal(m.live)) is not None:
+            return overloaded(full.why, full.retry_seconds, "live_full")
+        return refusal(m, self.limits.max_queue, self.limits.max_queue_wait, live)
 
     def enqueue(self, run: Run) -> None:
         """Queue an admitted run whose audio is decoded for its model's workers."""
@@ -429,7 +424,8 @@ class Engine:
             done = m.windows_done
             self._dispatch(m)
         if batcher is not None:
-            m.estimate.update(batcher.stats.busy, done)
+            stats = batcher.stats  # the files' model time: live steps' turns apart
+            m.estimate.update(stats.busy - stats.turn_busy, done)
 
     async def close(self) -> None:
         """Stop taking work; wait for the worker threads (call after in-flight RPCs end)."""
@@ -442,8 +438,3 @@ class Engine:
                 await asyncio.to_thread(m.pipe.context.batcher.close)
         if self.decoders is not None:
             await asyncio.to_thread(self.decoders.close)
-
-
-def _overloaded(why: str, retry_seconds: float, reason: str = "queue_full") -> Overloaded:
-    retry_ms = int(min(60.0, max(0.1, retry_seconds)) * 1000)
-    return Overloaded(f"server busy: {why}; retry in about {retry_ms} ms", retry_ms, reason)

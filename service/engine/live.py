@@ -4,8 +4,9 @@ A reader task takes the requests as they come (any message resets the idle clock
 their audio into samples, pending. The step loop hands all the pending audio to one
 `LiveTranscriber.feed` on the engine's live pool whenever no step is running, so audio that
 arrives during a step is fed together at the next one: the policy's step grows with the
-load instead of a queue of steps growing. The step takes the audio once its turn on the
-model thread has come (`feed_in_turn`): behind other streams' work it decodes what arrived
+load instead of a queue of steps growing. Steps run in rounds with the model's other live
+streams (xattn.service.engine.live_rounds: who goes next). The step takes the audio once its
+turn on the model thread has come (`feed_in_turn`): behind other work it decodes what arrived
 while it waited, not what was there when it was queued. Pending audio is bounded by the
 stream's limit of seconds; one feed takes only what fits the policy's 30 s window (at least
 MIN_FEED_SECONDS), so a burst never pushes audio past the window before the buffer slides.
@@ -24,7 +25,6 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import Future
 from contextlib import aclosing
 from dataclasses import dataclass
 from functools import partial
@@ -43,6 +43,7 @@ from xattn.model.live.transcriber import LiveOptions, LiveResult, LiveTranscribe
 from xattn.model.live.vad_stream import SpeechEvent
 from xattn.service.engine import convert
 from xattn.service.engine.engine import Engine, Limits, LiveSlot
+from xattn.service.engine.live_rounds import LiveRounds, Ticket
 from xattn.service.engine.rows import RowSpec, row_spec
 from xattn.v1 import transcriber_pb2 as pb
 
@@ -52,6 +53,7 @@ WINDOW_SECONDS = 29.5  # what one feed may fill the policy's buffer to (its wind
 MIN_FEED_SECONDS = 1.0  # ... but at least this much is fed per step
 Requests = AsyncIterator[pb.StreamingRecognizeRequest]
 Response = pb.StreamingRecognizeResponse
+Steps = list[Response]
 
 
 class StreamOrderError(ValueError):
@@ -151,7 +153,8 @@ class LiveSession:
         self._ended = False  # the client half-closed
         self._error: BaseException | None = None
         self._wake = asyncio.Event()
-        self._step: Future[list[Response]] | None = None
+        self._ticket: Ticket[list[Response]] | None = None  # the last step asked for
+        self._rounds: LiveRounds | None = None  # the model's (known from the config)
         self.arrived = time.perf_counter()
 
     async def _next(self) -> pb.StreamingRecognizeRequest | None:
@@ -209,10 +212,18 @@ class LiveSession:
             self._pending = [audio[n:]] if len(audio) > n else []
         return audio[:n]
 
-    async def _run(self, step: Callable[[], list[Response]]) -> list[Response]:
+    def _need(self, live: LiveTranscriber) -> float:
+        """Seconds of audio this stream has not decoded yet: what orders a round's steps."""
+        with self._lock:
+            pending = sum(len(a) for a in self._pending)
+        return (pending + live.samples - live.decoded_at) / SAMPLE_RATE
+
+    async def _run(self, step: Callable[[], Steps], live: LiveTranscriber) -> Steps:
+        """One step in the next round of the model's live steps (live_rounds)."""
         context = contextvars.copy_context()  # the stream's (its span: the step's parent)
-        self._step = self._engine.live_pool.submit(context.run, step)
-        return await asyncio.wrap_future(self._step)
+        self._ticket = Ticket(self, partial(self._need, live), partial(context.run, step))
+        assert self._rounds is not None
+        return await self._rounds.step(self._ticket)
 
     def _watched(
         self, live: LiveTranscriber, model: str, feed: Callable[[], list[LiveResult | SpeechEvent]]
@@ -254,6 +265,7 @@ class LiveSession:
         mean = pb.ALIGNMENT_MODE_MEAN_ALIGNMENT_HEADS
         rows = row_spec(config.alignment, mean, pipe.dims, pipe.alignment_heads)
         slot = engine.admit_live(pipe.name)
+        rounds = self._rounds = engine.live_rounds(pipe.name)
         outcome = "failed"
         live = LiveTranscriber(pipe.context, pipe.alignment_heads, options)
         shaped = _Shaped(rows, config.interim_results)
@@ -262,15 +274,17 @@ class LiveSession:
         reader = asyncio.create_task(self._read(pcm), name="xattn-live-reader")
         try:
             while True:
+                rounds.idle(self)  # no audio now: the next round need not wait for it
                 await self._wake.wait()
                 self._wake.clear()
                 while self._pending and self._error is None:
-                    yield await self._run(lambda: shaped(step()))
+                    yield await self._run(lambda: shaped(step()), live)
                 if self._error is not None:
                     raise self._error
                 if self._ended or live.over:  # half-closed, or single_utterance over
                     break
-            last = await self._run(lambda: shaped(self._watched(live, pipe.name, live.finish)))
+            finish = partial(self._watched, live, pipe.name, live.finish)
+            last = await self._run(lambda: shaped(finish()), live)
             stats = live.stats
             last.append(
                 Response(
@@ -286,11 +300,16 @@ class LiveSession:
                         total_seconds=time.perf_counter() - self.arrived,
                         speech_seconds=live.vad.speech_seconds if live.vad else 0.0,
                         skipped_decode_steps=stats.skipped_steps,
+                        # TEMPORARY getattr: LiveStats gains these in branch livestep; once
+                        # merged, read stats.encoder_frames and stats.decoder_steps directly
+                        encoder_frames=getattr(stats, "encoder_frames", 0),
+                        decoder_steps=getattr(stats, "decoder_steps", 0),
                     )
                 )
             )
+            outcome = "finished"  # every step is over: the slot is free before `done` goes
+            self._release(slot, outcome)  # (a client that opens its next stream on `done`)
             yield last
-            outcome = "finished"
         except (asyncio.CancelledError, GeneratorExit):
             outcome = "cancelled"
             raise
@@ -299,11 +318,12 @@ class LiveSession:
             raise
         finally:
             reader.cancel()
+            rounds.idle(self)
             self._release(slot, outcome)
 
     def _release(self, slot: LiveSlot, outcome: str) -> None:
         """Free the slot now, or when the step still running on the pool is over."""
-        step = self._step
+        step = self._ticket.future if self._ticket is not None else None
         if step is None or step.done() or step.cancel():
             slot.release(outcome)
         else:

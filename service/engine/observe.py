@@ -38,7 +38,7 @@ from xattn.model.pipeline import Pipeline
 FACES = ("grpc", "http", "wyoming")
 DECODINGS = ("greedy", "beam", "sampling", "live")
 OUTCOMES = ("finished", "cancelled", "failed", "invalid")  # an admitted transcription's end
-REFUSALS = ("queue_full", "queue_wait")  # why admission refused (Overloaded)
+REFUSALS = ("queue_full", "queue_wait", "live_full")  # why admission refused (Overloaded)
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 
 

@@ -82,7 +82,9 @@ class TranscriberServicer(transcriber_pb2_grpc.TranscriberServicer):
         engine = self._engine
         try:
             pipe = engine.pipeline_for(request.model)
-            return convert.model_info(pipe, engine.limits, engine.pipelines, engine.workers_for)
+            return convert.model_info(
+                pipe, engine.limits, engine.pipelines, engine.workers_for, engine.live_streams_for
+            )
         except (NotReady, OptionsError) as e:
             await abort_for(context, e)
             raise  # unreachable: abort raises

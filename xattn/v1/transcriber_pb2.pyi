@@ -160,7 +160,7 @@ class ModelDims(_message.Message):
     def __init__(self, n_mels: _Optional[int] = ..., n_audio_ctx: _Optional[int] = ..., n_audio_state: _Optional[int] = ..., n_audio_head: _Optional[int] = ..., n_audio_layer: _Optional[int] = ..., n_vocab: _Optional[int] = ..., n_text_ctx: _Optional[int] = ..., n_text_state: _Optional[int] = ..., n_text_head: _Optional[int] = ..., n_text_layer: _Optional[int] = ...) -> None: ...
 
 class ServerLimits(_message.Message):
-    __slots__ = ("max_audio_seconds", "max_receive_message_bytes", "max_send_message_bytes", "workers", "max_queue", "max_live_seconds", "live_idle_timeout_seconds")
+    __slots__ = ("max_audio_seconds", "max_receive_message_bytes", "max_send_message_bytes", "workers", "max_queue", "max_live_seconds", "live_idle_timeout_seconds", "max_live_streams", "live_lag_target_seconds")
     MAX_AUDIO_SECONDS_FIELD_NUMBER: _ClassVar[int]
     MAX_RECEIVE_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_SEND_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -168,6 +168,8 @@ class ServerLimits(_message.Message):
     MAX_QUEUE_FIELD_NUMBER: _ClassVar[int]
     MAX_LIVE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     LIVE_IDLE_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    MAX_LIVE_STREAMS_FIELD_NUMBER: _ClassVar[int]
+    LIVE_LAG_TARGET_SECONDS_FIELD_NUMBER: _ClassVar[int]
     max_audio_seconds: float
     max_receive_message_bytes: int
     max_send_message_bytes: int
@@ -175,7 +177,9 @@ class ServerLimits(_message.Message):
     max_queue: int
     max_live_seconds: float
     live_idle_timeout_seconds: float
-    def __init__(self, max_audio_seconds: _Optional[float] = ..., max_receive_message_bytes: _Optional[int] = ..., max_send_message_bytes: _Optional[int] = ..., workers: _Optional[int] = ..., max_queue: _Optional[int] = ..., max_live_seconds: _Optional[float] = ..., live_idle_timeout_seconds: _Optional[float] = ...) -> None: ...
+    max_live_streams: int
+    live_lag_target_seconds: float
+    def __init__(self, max_audio_seconds: _Optional[float] = ..., max_receive_message_bytes: _Optional[int] = ..., max_send_message_bytes: _Optional[int] = ..., workers: _Optional[int] = ..., max_queue: _Optional[int] = ..., max_live_seconds: _Optional[float] = ..., live_idle_timeout_seconds: _Optional[float] = ..., max_live_streams: _Optional[int] = ..., live_lag_target_seconds: _Optional[float] = ...) -> None: ...
 
 class AttentionHead(_message.Message):
     __slots__ = ("layer", "head")
@@ -614,7 +618,7 @@ class StreamingToken(_message.Message):
     def __init__(self, index: _Optional[int] = ..., id: _Optional[int] = ..., text: _Optional[str] = ..., logprob: _Optional[float] = ..., peak_time: _Optional[float] = ..., alignment: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
 
 class StreamingRecognizeDone(_message.Message):
-    __slots__ = ("text", "language", "audio_seconds", "final_results", "tokens", "decode_steps", "encode_seconds", "compute_seconds", "total_seconds", "speech_seconds", "skipped_decode_steps")
+    __slots__ = ("text", "language", "audio_seconds", "final_results", "tokens", "decode_steps", "encode_seconds", "compute_seconds", "total_seconds", "speech_seconds", "skipped_decode_steps", "encoder_frames", "decoder_steps")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     LANGUAGE_FIELD_NUMBER: _ClassVar[int]
     AUDIO_SECONDS_FIELD_NUMBER: _ClassVar[int]
@@ -626,6 +630,8 @@ class StreamingRecognizeDone(_message.Message):
     TOTAL_SECONDS_FIELD_NUMBER: _ClassVar[int]
     SPEECH_SECONDS_FIELD_NUMBER: _ClassVar[int]
     SKIPPED_DECODE_STEPS_FIELD_NUMBER: _ClassVar[int]
+    ENCODER_FRAMES_FIELD_NUMBER: _ClassVar[int]
+    DECODER_STEPS_FIELD_NUMBER: _ClassVar[int]
     text: str
     language: str
     audio_seconds: float
@@ -637,4 +643,6 @@ class StreamingRecognizeDone(_message.Message):
     total_seconds: float
     speech_seconds: float
     skipped_decode_steps: int
-    def __init__(self, text: _Optional[str] = ..., language: _Optional[str] = ..., audio_seconds: _Optional[float] = ..., final_results: _Optional[int] = ..., tokens: _Optional[int] = ..., decode_steps: _Optional[int] = ..., encode_seconds: _Optional[float] = ..., compute_seconds: _Optional[float] = ..., total_seconds: _Optional[float] = ..., speech_seconds: _Optional[float] = ..., skipped_decode_steps: _Optional[int] = ...) -> None: ...
+    encoder_frames: int
+    decoder_steps: int
+    def __init__(self, text: _Optional[str] = ..., language: _Optional[str] = ..., audio_seconds: _Optional[float] = ..., final_results: _Optional[int] = ..., tokens: _Optional[int] = ..., decode_steps: _Optional[int] = ..., encode_seconds: _Optional[float] = ..., compute_seconds: _Optional[float] = ..., total_seconds: _Optional[float] = ..., speech_seconds: _Optional[float] = ..., skipped_decode_steps: _Optional[int] = ..., encoder_frames: _Optional[int] = ..., decoder_steps: _Optional[int] = ...) -> None: ...
