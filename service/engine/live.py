@@ -161,7 +161,8 @@ class LiveSession:
         """The next request; None at half-close; IdleTimeout when none comes in time."""
         timeout = self._settings.idle_timeout
         try:
-            return await asyncio.wait_for(anext(self._requests, None), timeout)
+            async with asyncio.timeout(timeout):  # not wait_for: on 3.11 it can swallow a cancel
+                return await anext(self._requests, None)
         except TimeoutError:
             raise IdleTimeout(
                 f"live stream idle: no message for {timeout:g} s (send audio at least every "

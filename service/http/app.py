@@ -85,7 +85,8 @@ class BodyLimit:
             if complete:  # after the body: waiting for the disconnect (a stream's listener)
                 return await receive()
             try:
-                message = await asyncio.wait_for(receive(), self.idle)
+                async with asyncio.timeout(self.idle):  # (wait_for may lose a cancel)
+                    message = await receive()
             except TimeoutError:
                 raise ApiError(
                     408,

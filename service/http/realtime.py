@@ -283,7 +283,8 @@ class Realtime:
         """The next event's text; None once the client closed the socket. A binary frame
         is MalformedMessage, no event within the idle timeout ClientTimeout."""
         try:
-            message = await asyncio.wait_for(self.ws.receive(), self.idle_seconds)
+            async with asyncio.timeout(self.idle_seconds):  # (wait_for may lose a cancel)
+                message = await self.ws.receive()
         except TimeoutError:
             raise ClientTimeout(
                 f"no event for {self.idle_seconds:g} s: the session is closed"

@@ -188,9 +188,10 @@ class StreamedCommand:
 
     def close(self) -> None:
         """Stop now and send nothing more; half-closed too, so that the live stream ends
-        (and its admission is released) even where the cancellation is lost: one that
-        comes as the stream's first request arrives is swallowed by asyncio.wait_for
-        (Python 3.11), and a hang-up right after audio-start then held its slot for good."""
+        (and its admission is released) even where a cancellation were lost (a hang-up
+        right after audio-start once held its slot for good: asyncio.wait_for on Python
+        3.11 can swallow a cancel that comes as its awaitable finishes; the engine's live
+        stream now waits with asyncio.timeout)."""
         self._closed = True
         self._queue.put_nowait(None)
         self._task.cancel()
