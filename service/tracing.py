@@ -90,11 +90,15 @@ def asgi_middleware(app: ASGIApp, provider: trace.TracerProvider) -> ASGIApp:
     )
 
 
-def _ns(at: float | None) -> int | None:
-    """A time.perf_counter() reading as epoch nanoseconds (None: now)."""
-    if at is None:
-        return None
-    return time.time_ns() - int((time.perf_counter() - at) * 1e9)
+# epoch ns at perf_counter() == 0, read once: every span time converted with the same offset,
+# so a child never starts before its parent by the jitter of reading two clocks (a thread
+# preempted between the reads, on a busy machine)
+_EPOCH_NS = time.time_ns() - time.perf_counter_ns()
+
+
+def _ns(at: float | None) -> int:
+    """A time.perf_counter() reading (None: now) as epoch nanoseconds."""
+    return _EPOCH_NS + int((time.perf_counter() if at is None else at) * 1e9)
 
 
 class _Span:
