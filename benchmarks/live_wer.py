@@ -29,15 +29,25 @@ from benchmarks.wer import EVAL, Clip, clips, counts
 
 # lever -> LiveOptions fields (over LiveOptions' defaults at the time of the run, which are
 # stated as the "live default" setting)
-CUTS = {"max_jump": 1.0, "tokens_per_second": 8.0}
+CUTS = {"max_jump": 1.0, "tokens_per_second": 8.0, "max_repeats": 2}
 LEVERS: dict[str, dict[str, object]] = {
-    "full": {"encode_margin": None, "max_jump": None, "tokens_per_second": None},
+    "full": {
+        "encode_margin": None,
+        "max_jump": None,
+        "tokens_per_second": None,
+        "max_repeats": None,
+    },
     "full+cuts": {"encode_margin": None, **CUTS},
     "margin-1": {"encode_margin": 1.0, **CUTS},
     "margin-2": {"encode_margin": 2.0, **CUTS},
     "margin-3": {"encode_margin": 3.0, **CUTS},
     "margin-2+gate": {"encode_margin": 2.0, **CUTS, "gate_db": -50.0},
-    "margin-2-nocuts": {"encode_margin": 2.0, "max_jump": None, "tokens_per_second": None},
+    "margin-2-nocuts": {
+        "encode_margin": 2.0,
+        "max_jump": None,
+        "tokens_per_second": None,
+        "max_repeats": None,
+    },
 }
 DEFAULT_LEVERS = ("full", "full+cuts", "margin-1", "margin-2", "margin-3")
 GENERATED = (  # (text, voice, words a minute, pause after s, noise level)
@@ -188,7 +198,14 @@ def main(argv: list[str] | None = None) -> None:
             pool.submit(run_job, m, lv, args.chunk, args.limit, args.threads) for m, lv in jobs
         ]
         rows = [r for f in futures for r in f.result()]
+    raw = {  # each row's texts and counts (settings named _...: raw data, not rendered)
+        f"{r['model']} {r['lever']} {r['set']}": {
+            k: r.pop(k) for k in [k for k in r if k[0] == "_"]
+        }
+        for r in rows
+    }
     settings = {
+        "_raw": raw,
         "models": args.models,
         "chunk s": args.chunk,
         "levers": {lv: LEVERS[lv] for lv in args.levers},

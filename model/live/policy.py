@@ -68,3 +68,19 @@ def monotonic_count(hypothesis: Sequence[Timed], max_jump: float | None) -> int:
         if not behind:
             latest = max(latest, t.peak_time)
     return len(hypothesis)
+
+
+def repeat_count(ids: Sequence[int], max_repeats: int | None, longest: int = 12) -> int:
+    """How many tokens from the front of `ids` come before a repetition loop: it ends after
+    the first copy of the first run of up to `longest` tokens that comes more than
+    `max_repeats` times in a row ("remember remember remember ..." attends to one place, so
+    `monotonic_count` lets it by). None: all of them."""
+    if max_repeats is None:
+        return len(ids)
+    times = max_repeats + 1
+    for end in range(1, len(ids) + 1):  # the first place where a loop is complete
+        for p in range(1, min(longest, end // times) + 1):
+            tail = ids[end - times * p : end]
+            if all(tail[j] == tail[j % p] for j in range(p, times * p)):
+                return end - (times - 1) * p
+    return len(ids)

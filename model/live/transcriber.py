@@ -39,7 +39,7 @@ from xattn.model.audio.vad import VadOptions
 from xattn.model.decode.decoding import DecodeOptions, LogitRules, decode_window, detect_language
 from xattn.model.decode.results import FRAMES_PER_SECOND, WordTiming
 from xattn.model.decode.step_batcher import encode, model_turn, model_work
-from xattn.model.live.policy import commit_count, monotonic_count
+from xattn.model.live.policy import commit_count, monotonic_count, repeat_count
 from xattn.model.live.vad_stream import BEGIN, END, END_OF_UTTERANCE, SpeechEvent, StreamingVad
 from xattn.model.live.window import full_rows, kept_frames, window_mel
 from xattn.model.transcribe.alignment import find_alignment, token_probabilities
@@ -67,6 +67,8 @@ class LiveOptions:
     # a hypothesis ends where the attention jumps back more than this (s; a repetition loop);
     # None: no cut
     max_jump: float | None = None
+    # a hypothesis ends before a run of tokens repeated more than this many times in a row
+    max_repeats: int | None = None
     # at most this many tokens a second of buffered audio a step (+ 16); None: up to 224
     tokens_per_second: float | None = None
 
@@ -221,6 +223,9 @@ class LiveTranscriber:
         self.decoded_at = self.samples
         hypothesis = self._decode()
         hypothesis = hypothesis[: monotonic_count(hypothesis, self.options.max_jump)]
+        hypothesis = hypothesis[
+            : repeat_count([t.id for t in hypothesis], self.options.max_repeats)
+        ]
         if final:  # tokens looking past the end of the audio are guesses about the padding
             beyond = [i for i, t in enumerate(hypothesis) if t.peak_time > self.received + 0.1]
             hypothesis = hypothesis[: beyond[0]] if beyond else hypothesis
@@ -295,7 +300,9 @@ class LiveTranscriber:
             keep = full_rows(step.attention) if self.options.return_attention else None
             text = tok.token_text(step.token)
             tokens.append(LiveToken(step.token, text, step.logprob, peak, keep))
-            if monotonic_count(tokens, self.options.max_jump) < len(tokens):
+            ids = [t.id for t in tokens[-3 * 12 :]]  # a loop ends with the newest token
+            looped = repeat_count(ids, self.options.max_repeats) < len(ids)
+            if looped or monotonic_count(tokens, self.options.max_jump) < len(tokens):
                 steps.close()  # a loop back over heard audio: _step cuts it, stop decoding it
                 return tokens
         if result.no_speech_prob > 0.6 and result.avg_logprob < -1.0:
