@@ -11,7 +11,7 @@ import torch
 from openai_ref import pipeline, reference_model
 
 from xattn.model.audio.features import N_FRAMES, SAMPLE_RATE, decode_audio
-from xattn.model.live.policy import commit_count, monotonic_count
+from xattn.model.live.policy import commit_count, monotonic_count, repeat_count
 from xattn.model.live.transcriber import LiveOptions, LiveToken, LiveTranscriber
 from xattn.model.live.window import full_rows, kept_frames, window_mel
 from xattn.model.net import fused
@@ -155,12 +155,29 @@ def token(i: int, text: str, peak: float) -> LiveToken:
 
 
 def test_policy_cuts_loops_and_keeps_words_whole() -> None:
-    loop = [token(1, " a", 0.5), token(2, " b", 1.5), token(3, "c", 2.5)]
-    loop += [token(1, " a", 0.5), token(2, " b", 1.5), token(3, "c", 2.5)]
+    loop = [token(1, " a", 0.5), token(2, " b", 0.7), token(3, "c", 3.0)]
+    loop += [token(1, " a", 0.5), token(2, " b", 0.7), token(3, "c", 0.9)]
     assert monotonic_count(loop, 1.0) == 3
     stray = [token(1, " a", 2.0), token(2, "x", 0.2), token(3, " b", 2.4), token(4, " c", 2.8)]
     assert monotonic_count(stray, 1.0) == 4  # one stray peak is no loop
     assert monotonic_count(loop, None) == 6
+    assert repeat_count([5, 1, 1, 1, 1, 2], 2) == 2  # " remember" x 4 -> once
+    assert repeat_count([5, 1, 2, 1, 2, 1, 2, 7], 2) == 3
+    assert repeat_count([5, 1, 1, 2], 2) == 4  # twice is speech
+    assert repeat_count([1, 1, 1], None) == 3
     words = [token(1, " ab", 0.1), token(2, "c", 0.2), token(3, " d", 0.3), token(4, " e", 5.0)]
     assert commit_count(words, [], edge=1.0, agreement=False) == 2  # " abc" whole, " d" waits
     assert commit_count(words[:2] + words[3:], [], edge=1.0, agreement=False) == 0
+
+
+def test_gate_skips_steps_over_silence_and_urgency_grows() -> None:
+    """gate_db: silence runs no step (nothing undecided); urgency counts the unheard audio."""
+    pipe = pipeline("tiny.en")
+    live = LiveTranscriber(pipe.context, pipe.alignment_heads, LiveOptions(gate_db=-50.0))
+    assert live.urgency == 0.0
+    out = []
+    for _ in range(6):
+        out += live.feed(np.zeros(SAMPLE_RATE // 2, dtype=np.float32))
+    assert out == [] and live.stats.steps == 0 and live.stats.skipped_steps == 6
+    assert live.feed(np.full(SAMPLE_RATE // 10, 0.1, np.float32)) == []  # under min_step
+    assert abs(live.urgency - 0.1) < 1e-6  # 0.1 s not yet decided on
