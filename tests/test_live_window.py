@@ -18,7 +18,6 @@ from xattn.model.net import fused
 from xattn.model.net.kv_cache import CacheBatch
 
 
-
 @pytest.fixture(scope="module")
 def jfk() -> np.ndarray:
     from pathlib import Path
