@@ -37,6 +37,14 @@ LIVE_COLUMNS = (
     "WER offline default", "never committed", "refusals", "compute s per audio s",
     "encoder floor s per audio s", "peak RSS MB",
 )  # fmt: skip
+# docs/live.md's table of live finals per lever (the newest live_wer run) between these two.
+LIVE_WER_BEGIN = "<!-- live_wer: begin (python -m benchmarks.render writes this table) -->"
+LIVE_WER_END = "<!-- live_wer: end -->"
+LIVE_WER_COLUMNS = (
+    "model", "set", "lever", "WER %", "errors/words (S/D/I)", "lag median s", "lag p90 s",
+    "encoder frames a step", "encoder ms a step", "decoder steps a step", "step ms", "steps",
+    "skipped steps",
+)  # fmt: skip
 # docs/home-assistant.md's table of the newest Wyoming run lives between these two.
 HOME_ASSISTANT = ROOT / "docs" / "home-assistant.md"
 WYOMING_BEGIN = "<!-- wyoming: begin (python -m benchmarks.render writes this table) -->"
@@ -45,7 +53,7 @@ END_TO_END = "end to end: file bytes -> text"
 AGAINST_INT8 = "against faster-whisper int8: seconds over its seconds, plain text"  # end_to_end
 # The sections come in this order; other benchmarks follow alphabetically.
 ORDER = ("decode", "service", "longform", "longform_vad", "streaming", "startup", "wer", "scale")
-ORDER += ("live_page", "http_api", "load", "live_scale", "soak", "wyoming")
+ORDER += ("live_page", "http_api", "load", "live_scale", "live_wer", "soak", "wyoming")
 TITLES = {
     "decode": "Decoding in one process: ceilings, encoder, decoder step, end to end",
     "service": "Through the server: gRPC overhead and load",
@@ -59,6 +67,7 @@ TITLES = {
     "http_api": "OpenAI's API over HTTP against gRPC: unary and first delta",
     "load": "Load: concurrent clients over gRPC and HTTP, beside faster-whisper-server",
     "live_scale": "Many live streams: gRPC and Realtime, beside WhisperLiveKit",
+    "live_wer": "Live finals per lever: WER, lag and encoder cost beside the offline default",
     "soak": "Soak: mixed traffic for a while",
     "metrics": "What watching costs: metrics and traces against neither",
     "wyoming": "Wyoming (Home Assistant): audio-stop to transcript, beside wyoming-faster-whisper",
@@ -253,6 +262,40 @@ def live_summary(files: Mapping[str, Path]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def live_wer_summary(files: Mapping[str, Path]) -> str:
+    """docs/live.md's lever table: the newest live_wer run's rows, its conditions and command,
+    and which levers keep the finals' WER within 0.5 pp of the whole window on every set."""
+    run = load(files["live_wer"]) if "live_wer" in files else None
+    rows = run.figures.get("live finals per lever") if run is not None else None
+    if run is None or not rows:
+        return "No results yet: run `python -m benchmarks.live_wer`.\n"
+    st = run.settings
+    lines = [
+        f"{run.timestamp[:10]}, `{run.command}`; {run.machine.cpu}, {run.machine.cores} cores, "
+        f"{st.get('processes')} processes of {st.get('torch threads a process')} torch thread; "
+        f"load average {cell(st.get('load average before (1, 5, 15 min)'))} before, "
+        f"{cell(st.get('load average after (1, 5, 15 min)'))} after (1, 5, 15 min; a shared "
+        f"host: milliseconds are noisy, frames exact); feeds of {st.get('chunk s')} s. Levers: "
+        + "; ".join(f"{k} {cell(v)}" for k, v in st.get("levers", {}).items())
+        + ".",
+        "",
+    ]
+    lines += table(list(LIVE_WER_COLUMNS), ([r.get(c) for c in LIVE_WER_COLUMNS] for r in rows))
+    full = {(r["model"], r["set"]): r["WER %"] for r in rows if r["lever"] == "full"}
+    levers = dict.fromkeys(r["lever"] for r in rows if r["lever"] not in ("full", "offline"))
+    within = [
+        lv
+        for lv in levers
+        if all(
+            r["WER %"] <= full.get((r["model"], r["set"]), -1.0) + 0.5
+            for r in rows
+            if r["lever"] == lv
+        )
+    ]
+    lines += ["", f"Within 0.5 pp of the whole window on every model and set: {cell(within)}."]
+    return "\n".join(lines) + "\n"
+
+
 def wyoming_summary(files: Mapping[str, Path]) -> str:
     """docs/home-assistant.md's table: the newest Wyoming run at real-time feed, its goals
     and its conditions."""
@@ -294,10 +337,11 @@ def pages(files: Mapping[str, Path], page: Path = PAGE, readme: Path = README) -
     for path, block, begin, end in (
         (readme, summary(files), BEGIN, END),
         (LIVE, live_summary(files), LIVE_BEGIN, LIVE_END),
+        (LIVE, live_wer_summary(files), LIVE_WER_BEGIN, LIVE_WER_END),
         (HOME_ASSISTANT, wyoming_summary(files), WYOMING_BEGIN, WYOMING_END),
     ):
-        if path.is_file():
-            spliced = splice(path.read_text(), block, begin, end)
+        if path.is_file():  # a page with two blocks (docs/live.md): the second over the first
+            spliced = splice(out.get(path) or path.read_text(), block, begin, end)
             if spliced is not None:
                 out[path] = spliced
     return out

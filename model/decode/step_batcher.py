@@ -73,17 +73,22 @@ def _at_once(fn: Callable[..., T], *args: object) -> T:
     return fn(*args)
 
 
-def encode_window(model: Whisper, mel: Tensor) -> tuple[Tensor, KVCache]:
-    """A window's encoder output [1, 1500, d] from its mel [1, n_mels, <= 3000] (zero-padded
-    here, on the model thread: the copy is a parallel op), and its KV cache with the
-    cross-attention K/V computed (once per window)."""
-    features = model.encoder(pad_or_trim(mel, N_FRAMES))  # [1, 1500, d]
+def encode_window(model: Whisper, mel: Tensor, frames: int = N_FRAMES) -> tuple[Tensor, KVCache]:
+    """A window's encoder output [1, frames / 2, d] from its mel [1, n_mels, <= frames]
+    (zero-padded here, on the model thread: the copy is a parallel op), and its KV cache with
+    the cross-attention K/V computed (once per window). `frames` < 3000: the window's first
+    frames alone (a live step over a short buffer, AudioEncoder.forward)."""
+    features = model.encoder(pad_or_trim(mel, frames))  # [1, frames / 2, d]
     return features, model.new_cache(features)
 
 
-def encode(batcher: StepBatcher | None, model: Whisper, mel: Tensor) -> tuple[Tensor, KVCache]:
+def encode(
+    batcher: StepBatcher | None, model: Whisper, mel: Tensor, frames: int = N_FRAMES
+) -> tuple[Tensor, KVCache]:
     """`encode_window`, through the batcher when there is one (StepBatcher.encode)."""
-    return batcher.encode(mel) if batcher is not None else encode_window(model, mel)
+    if batcher is not None:
+        return batcher.encode(mel, frames)
+    return encode_window(model, mel, frames)
 
 
 # a step's finish: (the state [d] before the final LayerNorm, its logits [n_vocab] when asked
@@ -160,7 +165,9 @@ class StepBatcher:
         the caches)."""
         self.model = model
         self.batch_encoder = model.device.type != "cpu" if batch_encoder is None else batch_encoder
-        self._encodes: list[tuple[Tensor, Future]] = []  # windows waiting for the encoder
+        # windows waiting for the encoder: mel, frames, future (each encode submits a call,
+        # so windows of other lengths than a call's are taken by a later one)
+        self._encodes: list[tuple[Tensor, int, Future]] = []
         model.decoder.pack()  # now, not on the first batched step: oneDNN's weight layout
         self.max_batch = max_batch
         self.linger = linger
@@ -215,43 +222,45 @@ class StepBatcher:
             self.call(_nothing)
             yield
 
-    def encode(self, mel: Tensor) -> tuple[Tensor, KVCache]:
-        """A window's encoder output [1, 1500, d] and its K/V cache (the cross-attention
-        K/V computed) from its mel [1, n_mels, <= 3000] (padded there), on the model thread;
-        with `batch_encoder`, together with the other
-        windows waiting for it then."""
+    def encode(self, mel: Tensor, frames: int = N_FRAMES) -> tuple[Tensor, KVCache]:
+        """A window's encoder output [1, frames / 2, d] and its K/V cache (the cross-attention
+        K/V computed) from its mel [1, n_mels, <= frames] (padded there), on the model thread;
+        with `batch_encoder`, together with the other windows of as many frames waiting for
+        it then."""
         if not self.batch_encoder:
-            return self.call(self._encode_one, mel)
+            return self.call(self._encode_one, mel, frames)
         future: Future[tuple[Tensor, KVCache]] = Future()
         with self._cond:
-            self._encodes.append((mel, future))
+            self._encodes.append((mel, frames, future))
         if isinstance(self._thread, CallerThread) and self._thread.owned():
             self._encode_waiting()  # the model thread's own window, and any waiting beside it
         else:
             self._thread.submit(self._encode_waiting)  # the first to run takes all waiting
         return future.result()
 
-    def _encode_one(self, mel: Tensor) -> tuple[Tensor, KVCache]:
+    def _encode_one(self, mel: Tensor, frames: int) -> tuple[Tensor, KVCache]:
         """On the model thread: one window's `encode_window`, told to the observer."""
         t0 = time.perf_counter()
-        out = encode_window(self.model, mel)
+        out = encode_window(self.model, mel, frames)
         if self.observer is not None:
             self.observer.encoded(1, time.perf_counter() - t0)
         return out
 
     def _encode_waiting(self) -> None:
         """On the model thread: the windows waiting for the encoder, in one call."""
-        with self._cond:
-            n = self.max_batch
-            waiting, self._encodes = self._encodes[:n], self._encodes[n:]
+        with self._cond:  # the first waiting window's length, and those of as many frames
+            frames = self._encodes[0][1] if self._encodes else N_FRAMES
+            same = [e for e in self._encodes if e[1] == frames][: self.max_batch]
+            self._encodes = [e for e in self._encodes if all(e is not x for x in same)]
+        waiting = [(mel, future) for mel, _, future in same]
         if not waiting:
             return
         t0 = time.perf_counter()
         try:
             with torch.inference_mode():
-                padded = [pad_or_trim(mel, N_FRAMES) for mel, _ in waiting]  # [1, n_mels, 3000]
-                mels = torch.cat(padded)  # [B, n_mels, 3000]
-                features = self.model.encoder(mels)  # [B, 1500, d]
+                padded = [pad_or_trim(mel, frames) for mel, _ in waiting]  # [1, n_mels, F]
+                mels = torch.cat(padded)  # [B, n_mels, F]
+                features = self.model.encoder(mels)  # [B, F / 2, d]
                 cross = self.model.decoder.cross_kv(features)
             n_ctx = self.model.dims.n_text_ctx
             self.stats.encoder_calls += 1

@@ -1,25 +1,22 @@
 """Live recognition: audio arrives as it is spoken; tokens are committed once they are decided.
 
 The policy (AlignAtt with local agreement), run each time `feed` brings new audio:
-1. The buffer (audio since `buffer_offset`, at most `max_buffer` s) is re-encoded as one 30 s
-   window. Whisper's encoder cannot run on the new audio alone: every frame attends to every
-   other, positions are absolute and the log-mel is normalised by the buffer's maximum, so a
-   new sample changes every frame. The encoder's cost per decode is the price (measured in
-   benchmarks/streaming.py).
+1. The buffer (audio since `buffer_offset`, at most `max_buffer` s) is encoded as one 30 s
+   window, or with `encode_margin` its first buffer + margin seconds alone
+   (xattn.model.live.window). Whisper's encoder cannot run on the new audio alone: every
+   frame attends to every other, positions are absolute and the log-mel is normalised by the
+   buffer's maximum, so a new sample changes every frame.
 2. The decoder continues after the text already committed in this buffer (forced as a
    prefix) and the text committed before it (the prompt), greedy, without timestamps.
-3. A token is committed once it is decided, by either of two signals:
-   - heard: its cross-attention peak (mean over the alignment heads), and the next token's,
-     lie more than `commit_margin` seconds before the newest audio (the decoder has moved on
-     past it, so more audio will not change it), and the previous decode did not propose a
-     different token at this place (a changed mind is not yet settled);
-   - agreed (`agreement`): the previous decode proposed this token and the next one at the
-     same place (local agreement over two tokens).
-   Commits stop at the first undecided token and never split a word; the last token of a
-   hypothesis always waits, since nothing after it shows that the decoder has moved on.
+3. A token is committed once it is decided (heard or agreed: xattn.model.live.policy).
 4. When the buffer grows past `max_buffer`, it slides to the end of the last committed word;
    the committed text moves into the prompt.
 `finish` decodes what is left and commits everything. Finals are never revised.
+
+With `gate_db`, a feed whose new audio is quieter than that (RMS, dB of full scale) runs no
+step once the last step left nothing undecided: nothing new was heard.
+`urgency` tells a scheduler how much a step of this stream is due (who goes next is not
+decided here).
 
 With `vad` (xattn.model.live.vad_stream), Silero runs on every feed first: while nobody speaks no
 decode runs (the silent buffer is not re-encoded; it slides to keep PRE_ROLL seconds), speech
@@ -37,18 +34,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from xattn.model.audio.features import (
-    N_FRAMES,
-    N_SAMPLES,
-    SAMPLE_RATE,
-    log_mel_spectrogram,
-    pad_or_trim,
-)
+from xattn.model.audio.features import SAMPLE_RATE
 from xattn.model.audio.vad import VadOptions
 from xattn.model.decode.decoding import DecodeOptions, LogitRules, decode_window, detect_language
 from xattn.model.decode.results import FRAMES_PER_SECOND, WordTiming
 from xattn.model.decode.step_batcher import encode, model_turn, model_work
+from xattn.model.live.policy import commit_count, monotonic_count, repeat_count
 from xattn.model.live.vad_stream import BEGIN, END, END_OF_UTTERANCE, SpeechEvent, StreamingVad
+from xattn.model.live.window import full_rows, kept_frames, window_mel
 from xattn.model.transcribe.alignment import find_alignment, token_probabilities
 from xattn.model.transcribe.sequential import Context
 
@@ -65,6 +58,19 @@ class LiveOptions:
     return_attention: bool = True
     vad: VadOptions | None = None  # skip decodes while nobody speaks (xattn.model.live.vad_stream)
     single_utterance: bool = False  # with vad: over after the first speech ends
+    # seconds of margin after the buffer's audio that a step encodes (rounded up to whole
+    # seconds; xattn.model.live.window); None: the whole 30 s window
+    encode_margin: float | None = None
+    # no step while the new audio's RMS is below this (dB of full scale) and the last step
+    # left nothing undecided; None: a step on every min_step of audio
+    gate_db: float | None = None
+    # a hypothesis ends where the attention jumps back more than this (s; a repetition loop);
+    # None: no cut
+    max_jump: float | None = None
+    # a hypothesis ends before a run of tokens repeated more than this many times in a row
+    max_repeats: int | None = None
+    # at most this many tokens a second of buffered audio a step (+ 16); None: up to 224
+    tokens_per_second: float | None = None
 
 
 @dataclass(frozen=True)
@@ -94,7 +100,9 @@ class LiveStats:
     steps: int = 0  # decodes run (each re-encodes the buffer)
     encode_seconds: float = 0.0  # log-mel and encoder passes
     step_seconds: float = 0.0  # whole steps: encode, decode, word alignment
-    skipped_steps: int = 0  # vad: decodes that new audio would have run while nobody spoke
+    skipped_steps: int = 0  # vad, gate_db: decodes that new audio would have run in silence
+    encoder_frames: int = 0  # encoder frames computed (1,500 a whole window), over all steps
+    decoder_steps: int = 0  # decoder forward passes of the steps' decodes (one per token)
 
 
 class LiveTranscriber:
@@ -134,7 +142,28 @@ class LiveTranscriber:
             return self._feed_vad(audio)
         if self.samples - self.decoded_at < self.options.min_step * SAMPLE_RATE:
             return []
+        if self._quiet():
+            self.stats.skipped_steps += 1
+            self.decoded_at = self.samples
+            return []
         return self._timed(final=False)
+
+    @property
+    def urgency(self) -> float:
+        """How much a step of this stream is due, for a scheduler's order (larger first):
+        seconds of audio received since the last step, plus one while the last step left
+        tokens undecided (words wait for it to commit). Cheap: no model work."""
+        unheard = (self.samples - self.decoded_at) / SAMPLE_RATE
+        return unheard + (1.0 if self.previous else 0.0)
+
+    def _quiet(self) -> bool:
+        """gate_db: the audio since the last step is below the gate and nothing waits."""
+        gate = self.options.gate_db
+        if gate is None or self.previous:
+            return False
+        new = self.audio[max(0, self.decoded_at - self.base) :]
+        rms = float(np.sqrt(np.mean(np.square(new, dtype=np.float64)))) if len(new) else 0.0
+        return 20 * np.log10(max(rms, 1e-10)) < gate
 
     def feed_in_turn(self, take: Callable[[], np.ndarray]) -> list[LiveResult | SpeechEvent]:
         """`feed(take())` in a turn of the model thread (StepBatcher.turn): the audio is taken
@@ -193,6 +222,10 @@ class LiveTranscriber:
     def _step(self, final: bool) -> Iterator[LiveResult]:
         self.decoded_at = self.samples
         hypothesis = self._decode()
+        hypothesis = hypothesis[: monotonic_count(hypothesis, self.options.max_jump)]
+        hypothesis = hypothesis[
+            : repeat_count([t.id for t in hypothesis], self.options.max_repeats)
+        ]
         if final:  # tokens looking past the end of the audio are guesses about the padding
             beyond = [i for i, t in enumerate(hypothesis) if t.peak_time > self.received + 0.1]
             hypothesis = hypothesis[: beyond[0]] if beyond else hypothesis
@@ -221,8 +254,11 @@ class LiveTranscriber:
         t0 = time.perf_counter()
         buffer = self.audio[self.offset - self.base :]
         mel, content = run(window_mel, buffer, model.dims.n_mels)  # [1, n_mels, 3000]
-        features, cache = encode(ctx.batcher, model, mel.to(model.device))  # [1, 1500, d]
+        frames = kept_frames(content, self.options.encode_margin)
+        mel = mel[..., :frames].to(model.device)  # [1, n_mels, F]
+        features, cache = encode(ctx.batcher, model, mel, frames)  # [1, F / 2, d]
         self.stats.encode_seconds += time.perf_counter() - t0
+        self.stats.encoder_frames += frames // 2
         if self.language is None:
             self.language, _ = run(detect_language, model, features, tok)
         self._cache, self._frames = cache, content // 2
@@ -240,8 +276,11 @@ class LiveTranscriber:
             max_initial_timestamp_index=None,
             timestamps=False,
         )
-        room = model.dims.n_text_ctx - len(initial) - 1
-        options = DecodeOptions(return_attention=True, sample_len=max(1, min(room, 224)))
+        room = min(model.dims.n_text_ctx - len(initial) - 1, 224)
+        if self.options.tokens_per_second is not None:
+            seconds = len(buffer) / SAMPLE_RATE
+            room = min(room, int(seconds * self.options.tokens_per_second) + 16)
+        options = DecodeOptions(return_attention=True, sample_len=max(1, room))
         steps = decode_window(
             *(model, features, cache, tok, initial, initial.index(tok.sot), rules, 0.0),
             *(options, ctx.batcher),
@@ -253,34 +292,26 @@ class LiveTranscriber:
             except StopIteration as stop:
                 result = stop.value
                 break
+            self.stats.decoder_steps += 1
             if step.token == tok.eot:
                 continue
-            row = step.attention[self.heads[:, 0], self.heads[:, 1]].mean(0)  # [1500]
+            row = step.attention[self.heads[:, 0], self.heads[:, 1]].mean(0)  # [F / 2]
             peak = (self.offset / SAMPLE_RATE) + float(row.argmax()) / FRAMES_PER_SECOND
-            keep = step.attention if self.options.return_attention else None
+            keep = full_rows(step.attention) if self.options.return_attention else None
             text = tok.token_text(step.token)
             tokens.append(LiveToken(step.token, text, step.logprob, peak, keep))
+            ids = [t.id for t in tokens[-3 * 12 :]]  # a loop ends with the newest token
+            looped = repeat_count(ids, self.options.max_repeats) < len(ids)
+            if looped or monotonic_count(tokens, self.options.max_jump) < len(tokens):
+                steps.close()  # a loop back over heard audio: _step cuts it, stop decoding it
+                return tokens
         if result.no_speech_prob > 0.6 and result.avg_logprob < -1.0:
             return []  # silence, by openai-whisper's rule
         return tokens
 
     def _commit_count(self, hypothesis: list[LiveToken]) -> int:
         edge = self.received - self.options.commit_margin
-        previous = self.previous
-        n = 0
-        for i, (t, after) in enumerate(zip(hypothesis, hypothesis[1:], strict=False)):
-            proposed = previous[i] if i < len(previous) else None
-            heard = t.peak_time < edge and after.peak_time < edge and proposed in (None, t.id)
-            agreed = self.options.agreement and previous[i : i + 2] == [t.id, after.id]
-            if not (heard or agreed):
-                break
-            n = i + 1
-        while 0 < n < len(hypothesis) and not self._starts_word(hypothesis[n]):
-            n -= 1  # never end a commit inside a word
-        return n
-
-    def _starts_word(self, token: LiveToken) -> bool:
-        return token.text[:1] in (" ", "") or not token.text[:1].isalnum()
+        return commit_count(hypothesis, self.previous, edge, self.options.agreement)
 
     def _finalise(self, tokens: list[LiveToken]) -> LiveResult:
         before = len(self.committed)
@@ -339,12 +370,3 @@ class LiveTranscriber:
         self.prompt.extend(t.id for t in self.committed)
         self.committed = []
         self.previous = []
-
-
-def window_mel(buffer: np.ndarray, n_mels: int) -> tuple[torch.Tensor, int]:
-    """The buffer's log-mel as one 30 s window [1, n_mels, 3000], and its frames of audio.
-    On the model thread: its padding copies a window, a parallel op, and torch work on another
-    thread brings an OpenMP team of its own onto the cores (xattn.model.decode.step_batcher)."""
-    mel = log_mel_spectrogram(buffer, n_mels, N_SAMPLES)  # [n_mels, frames + 3000]
-    content = min(N_FRAMES, mel.shape[-1] - N_FRAMES)
-    return pad_or_trim(mel[:, :content], N_FRAMES)[None], content

@@ -143,10 +143,20 @@ class CrossAttention(nn.Module):
             runs = joined_rows(k, v, slices or [slice(i, i + 1) for i in range(len(k))])
             pairs = [attend(q[r], kt, v, need_scores) for kt, v, r in runs]
             y = torch.cat([y for y, _ in pairs])  # [B, H, T, d_k]
-            scores = torch.cat([s for _, s in pairs]) if need_scores else None
+            scores = joined_scores([s for _, s in pairs]) if need_scores else None
         else:
             y, scores = attend(q, k, v, need_scores)
         return self.out(merge_heads(y)), scores  # [B, T, d], [B, H, T, 1500]
+
+
+def joined_scores(parts: list[Tensor]) -> Tensor:
+    """Score rows [b_i, H, T, F_i] of several windows as one [B, H, T, max F]: a window of
+    fewer frames (a live step's short window) is padded with -inf, which the softmax of its
+    rows turns into zero weight past its frames. Windows of one width are joined as they are."""
+    widest = max(p.shape[-1] for p in parts)
+    if any(p.shape[-1] != widest for p in parts):
+        parts = [F.pad(p, (0, widest - p.shape[-1]), value=-math.inf) for p in parts]
+    return torch.cat(parts)  # [B, H, T, max F]
 
 
 def attend(q: Tensor, kt: Tensor, v: Tensor, need_scores: bool) -> tuple[Tensor, Tensor | None]:
@@ -234,24 +244,30 @@ class AudioEncoder(nn.Module):
         return self._int8
 
     def forward(self, mel: Tensor, precision: str | None = None) -> Tensor:
-        """Features [B, 1500, d] (fp32) of mel [B, n_mels, 3000], at `precision` (one of
-        PRECISIONS; default: self.precision)."""
+        """Features [B, n, d] (fp32) of mel [B, n_mels, 2n] (n <= 1500: a whole window's 3000
+        frames, or its first 2n, whisper.cpp's audio_ctx, for live steps over a short
+        buffer), at `precision` (one of PRECISIONS; default: self.precision). The first n
+        positions are those of a whole window: frames attend to n frames instead of 1500."""
         precision = precision or self.precision
+        n = mel.shape[-1] // 2
+        if mel.shape[-1] != 2 * n or not 0 < n <= len(self.positional_embedding):
+            raise ValueError(f"mel of {mel.shape[-1]} frames: an even count up to 3000")
         dtype = mel.dtype
         context = contextlib.nullcontext()
         if precision == "bf16":
             context = torch.autocast(mel.device.type, dtype=torch.bfloat16)
         blocks = self.int8_blocks() if precision == "int8" else self.blocks
         with context:
-            x = F.gelu(self.conv1(mel))  # [B, d, 3000]
-            x = F.gelu(self.conv2(x))  # [B, d, 1500]
+            x = F.gelu(self.conv1(mel))  # [B, d, 2n]
+            x = F.gelu(self.conv2(x))  # [B, d, n]
             # contiguous: else the residual stream keeps the convolution's channel-major
             # strides, and every LayerNorm copies it (~12 ms, 3 % of a tiny.en window)
-            x = x.transpose(1, 2).contiguous()  # [B, 1500, d]
-            x = x + self.positional_embedding.to(x.dtype)  # [B, 1500, d]
+            x = x.transpose(1, 2).contiguous()  # [B, n, d]
+            positions = self.positional_embedding  # [1500, d]
+            x = x + (positions if n == len(positions) else positions[:n]).to(x.dtype)  # [B, n, d]
             for block in blocks:
                 x, _ = block(x)
-            return self.ln_post(x).to(dtype)  # [B, 1500, d]
+            return self.ln_post(x).to(dtype)  # [B, n, d]
 
 
 class TextDecoder(nn.Module):

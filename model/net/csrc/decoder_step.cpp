@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -223,6 +224,18 @@ static Tensor joined(const std::vector<Tensor>& parts) {
   return parts.size() == 1 ? parts[0] : at::cat(parts);
 }
 
+// whisper.joined_scores: rows of windows of fewer frames (a live step's short window) padded
+// with -inf to the widest, which their softmax turns into zero weight.
+static Tensor joined_scores(std::vector<Tensor> parts) {
+  int64_t widest = 0;
+  for (const Tensor& p : parts) widest = std::max(widest, p.size(-1));
+  for (Tensor& p : parts) {
+    if (p.size(-1) != widest)
+      p = at::constant_pad_nd(p, {0, widest - p.size(-1)}, -std::numeric_limits<double>::infinity());
+  }
+  return joined(parts);
+}
+
 // x [B, 1, d]: the token embeddings plus positions. weights: per layer, in this order,
 // attn_ln w b, qkv w b, attn out w b, cross_ln w b, query w b, cross out w b, mlp_ln w b,
 // fc1 w b, fc2 w b (18). The caches, in batch order: self_k[c], self_v[c]
@@ -288,7 +301,7 @@ std::vector<Tensor> decoder_step(Tensor x, const std::vector<Tensor>& weights,
     // MLP
     auto h = map(at::layer_norm(x, {d}, w[12], w[13]), 4);
     x = x + map(at::gelu(h), 5);
-    if (need_scores) out.push_back(joined(scores));
+    if (need_scores) out.push_back(joined_scores(scores));
   }
   out[0] = x;
   return out;

@@ -1,0 +1,86 @@
+"""The live policy: when a token of a step's hypothesis is final (a pure function of the
+hypothesis, the previous step's and the stream's clock; see xattn.model.live.transcriber).
+
+A token is committed once it is decided, by either of two signals:
+- heard: its cross-attention peak (mean over the alignment heads), and the next token's, lie
+  before `edge` (the newest audio less the commit margin: the decoder has moved on past it,
+  so more audio will not change it), and the previous decode did not propose a different
+  token at this place (a changed mind is not yet settled);
+- agreed (`agreement`): the previous decode proposed this token and the next one at the same
+  place (local agreement over two tokens).
+Commits stop at the first undecided token and never split a word; the last token of a
+hypothesis always waits, since nothing after it shows that the decoder has moved on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+
+class Timed(Protocol):
+    @property
+    def id(self) -> int: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def peak_time(self) -> float: ...
+
+
+def commit_count(
+    hypothesis: Sequence[Timed], previous: Sequence[int], edge: float, agreement: bool
+) -> int:
+    """How many tokens from the front of `hypothesis` are final."""
+    n = 0
+    for i, (t, after) in enumerate(zip(hypothesis, hypothesis[1:], strict=False)):
+        proposed = previous[i] if i < len(previous) else None
+        heard = t.peak_time < edge and after.peak_time < edge and proposed in (None, t.id)
+        agreed = agreement and list(previous[i : i + 2]) == [t.id, after.id]
+        if not (heard or agreed):
+            break
+        n = i + 1
+    while 0 < n < len(hypothesis) and not starts_word(hypothesis[n].text):
+        n -= 1  # never end a commit inside a word
+    return n
+
+
+def starts_word(text: str) -> bool:
+    """Whether a token of this text begins a word (a space, or not a letter or digit)."""
+    return text[:1] in (" ", "") or not text[:1].isalnum()
+
+
+RUN = 3  # tokens in a row behind the latest peak that make a loop (one may be DTW-noise)
+
+
+def monotonic_count(hypothesis: Sequence[Timed], max_jump: float | None) -> int:
+    """How many tokens from the front of `hypothesis` read the audio forwards: it ends before
+    the first of RUN tokens in a row whose attention peaks lie more than `max_jump` seconds
+    before the latest peak before them (the decoder went back to audio it has transcribed: a
+    repetition loop, whose tokens would otherwise look heard; a single token's peak can stray
+    alone). None: all of them."""
+    if max_jump is None:
+        return len(hypothesis)
+    latest, behind = -float("inf"), 0
+    for i, t in enumerate(hypothesis):
+        behind = behind + 1 if t.peak_time < latest - max_jump else 0
+        if behind == RUN:
+            return i + 1 - RUN
+        if not behind:
+            latest = max(latest, t.peak_time)
+    return len(hypothesis)
+
+
+def repeat_count(ids: Sequence[int], max_repeats: int | None, longest: int = 12) -> int:
+    """How many tokens from the front of `ids` come before a repetition loop: it ends after
+    the first copy of the first run of up to `longest` tokens that comes more than
+    `max_repeats` times in a row ("remember remember remember ..." attends to one place, so
+    `monotonic_count` lets it by). None: all of them."""
+    if max_repeats is None:
+        return len(ids)
+    times = max_repeats + 1
+    for end in range(1, len(ids) + 1):  # the first place where a loop is complete
+        for p in range(1, min(longest, end // times) + 1):
+            tail = ids[end - times * p : end]
+            if all(tail[j] == tail[j % p] for j in range(p, times * p)):
+                return end - (times - 1) * p
+    return len(ids)

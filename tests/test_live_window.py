@@ -1,0 +1,182 @@
+"""Live steps over a short window (LiveOptions.encode_margin, xattn.model.live.window): the
+encoder over the first 2n mel frames, decodes over caches of fewer frames (alone and batched
+beside whole windows, in Python and in the C++ step), rows 1,500 wide, and a margin that
+reaches the whole window giving exactly the padded window's result."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from openai_ref import pipeline, reference_model
+
+from xattn.model.audio.features import N_FRAMES, SAMPLE_RATE, decode_audio
+from xattn.model.live.policy import commit_count, monotonic_count, repeat_count
+from xattn.model.live.transcriber import LiveOptions, LiveToken, LiveTranscriber
+from xattn.model.live.window import full_rows, kept_frames, window_mel
+from xattn.model.net import fused
+from xattn.model.net.kv_cache import CacheBatch
+
+
+@pytest.fixture(scope="module")
+def jfk() -> np.ndarray:
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "shared" / "audio" / "jfk.flac"
+    return decode_audio(str(path))
+
+
+def feed(audio: np.ndarray, options: LiveOptions, chunk_s: float = 0.5) -> tuple[list, object]:
+    pipe = pipeline("tiny.en")
+    live = LiveTranscriber(pipe.context, pipe.alignment_heads, options)
+    results, n = [], int(chunk_s * SAMPLE_RATE)
+    for at in range(0, len(audio), n):
+        results += live.feed(audio[at : at + n])
+    return results + live.finish(), live.stats
+
+
+def test_kept_frames_round_up_to_whole_seconds() -> None:
+    assert kept_frames(437, None) == N_FRAMES
+    assert kept_frames(437, 1.0) == 600  # 4.37 + 1 s -> 6 s
+    assert kept_frames(400, 1.0) == 500
+    assert kept_frames(2950, 2.0) == N_FRAMES  # never past the window
+    assert kept_frames(0, 0.0) == 100
+    assert full_rows(np.ones((2, 3, 250))).shape == (2, 3, 1500)
+    assert full_rows(np.ones((2, 3, 250)))[..., 250:].sum() == 0
+
+
+@torch.inference_mode()
+def test_short_encoder_equals_a_direct_computation(jfk: np.ndarray) -> None:
+    """Features over n frames: openai-whisper's encoder layers, run by hand over the first n
+    positions (its forward asserts 1,500), on the same weights."""
+    ours = pipeline("tiny.en").context.model.encoder
+    ref = reference_model("tiny.en").encoder
+    mel, content = window_mel(jfk[: 4 * SAMPLE_RATE], ours.conv1.in_channels)  # [1, 80, 3000]
+    frames = kept_frames(content, 2.0)
+    assert frames == 600
+    short = mel[..., :frames]  # [1, 80, 600]
+    x = torch.nn.functional.gelu(ref.conv1(short))
+    x = torch.nn.functional.gelu(ref.conv2(x)).permute(0, 2, 1)  # [1, 300, d]
+    x = x + ref.positional_embedding[: frames // 2]
+    for block in ref.blocks:
+        x = block(x)
+    direct = ref.ln_post(x)  # [1, 300, d]
+    got = ours(short)
+    assert got.shape == direct.shape == (1, 300, ours.ln_post.weight.shape[0])
+    torch.testing.assert_close(got, direct, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="even count"):
+        ours(mel[..., :601])
+
+
+def greedy(model, caches: list, first: list[int], n: int) -> list[list[int]]:
+    """n greedy tokens of each cache, stepped together as one CacheBatch."""
+    batch = CacheBatch(caches)
+    out = [[t] for t in first]
+    for _ in range(n):
+        tokens = torch.tensor([o[-1] for o in out])[:, None]  # [B, 1]
+        logits, scores = model.decoder(tokens, batch, need_scores=True)
+        widest = max(c.cross.k[0].shape[-1] for c in caches)
+        assert all(s.shape[-1] == widest for s in scores)
+        for o, row in zip(out, logits[:, -1], strict=True):
+            o.append(int(row.argmax()))
+    return [o[1:] for o in out]
+
+
+@pytest.mark.parametrize("step", ["python", "c++"])
+@torch.inference_mode()
+def test_batched_step_mixing_window_lengths(
+    jfk: np.ndarray, step: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 1,500-frame window and a short one stepped in one batch: each decode gets the tokens
+    it gets alone (its rows padded with -inf scores past its frames)."""
+    if step == "python":
+        monkeypatch.setattr(fused, "step", lambda *args: None)
+    elif fused.extension() is None:
+        pytest.skip("the C++ decoder step is not built (make install builds it)")
+    pipe = pipeline("tiny.en")
+    model, tok = pipe.context.model, pipe.context.tokenizer
+    mel, content = window_mel(jfk[: 6 * SAMPLE_RATE], model.dims.n_mels)
+    short = mel[..., : kept_frames(content, 1.0)]  # [1, 80, 700]
+    prompt = [*tok.sot_sequence("en"), tok.no_timestamps]
+
+    def primed(m: torch.Tensor):
+        cache = model.new_cache(model.encoder(m))
+        logits, _ = model.decoder(torch.tensor([prompt]), cache)
+        return cache, int(logits[0, -1].argmax())
+
+    alone = []
+    for m in (mel, short):
+        cache, first = primed(m)
+        alone += greedy(model, [cache], [first], 8)
+    (c1, f1), (c2, f2) = primed(mel), primed(short)
+    assert c2.cross.k[0].shape[-1] == 350
+    together = greedy(model, [c1, c2], [f1, f2], 8)
+    assert together == alone
+
+
+def test_live_rows_are_1500_wide_and_jfk_reads_right(jfk: np.ndarray) -> None:
+    options = LiveOptions(encode_margin=2.0, max_jump=1.0, tokens_per_second=8.0)
+    results, stats = feed(jfk, options)
+    rows = [t.attention for r in results for t in r.tokens]
+    assert rows and all(a is not None and a.shape[-1] == 1500 for a in rows)
+    text = "".join(r.text for r in results if r.is_final).lower()
+    assert "not what your country can do for you ask what you can do for your country" in text
+    assert stats.encoder_frames < stats.steps * 1500  # short windows
+    assert stats.decoder_steps > 0
+
+
+def test_default_live_transcript_of_jfk(jfk: np.ndarray) -> None:
+    results, stats = feed(jfk, LiveOptions())
+    text = "".join(r.text for r in results if r.is_final)
+    assert text.strip().lower().replace(",", "").replace(".", "") == (
+        "and so my fellow americans ask not what your country can do for you "
+        "ask what you can do for your country"
+    )
+    assert stats.encoder_frames > 0 and stats.decoder_steps >= len(text.split())
+
+
+def test_a_margin_reaching_the_window_is_the_whole_window(jfk: np.ndarray) -> None:
+    """encode_margin past 30 s encodes the padded window: the same results, row for row."""
+    clip = jfk[: 5 * SAMPLE_RATE]
+    full, _ = feed(clip, LiveOptions(encode_margin=None))
+    reaching, _ = feed(clip, LiveOptions(encode_margin=30.0))
+    assert [(r.is_final, [t.id for t in r.tokens]) for r in full] == [
+        (r.is_final, [t.id for t in r.tokens]) for r in reaching
+    ]
+    for a, b in zip(full, reaching, strict=True):
+        for x, y in zip(a.tokens, b.tokens, strict=True):
+            np.testing.assert_array_equal(x.attention, y.attention)
+            assert x.peak_time == y.peak_time
+
+
+def token(i: int, text: str, peak: float) -> LiveToken:
+    return LiveToken(i, text, 0.0, peak)
+
+
+def test_policy_cuts_loops_and_keeps_words_whole() -> None:
+    loop = [token(1, " a", 0.5), token(2, " b", 0.7), token(3, "c", 3.0)]
+    loop += [token(1, " a", 0.5), token(2, " b", 0.7), token(3, "c", 0.9)]
+    assert monotonic_count(loop, 1.0) == 3
+    stray = [token(1, " a", 2.0), token(2, "x", 0.2), token(3, " b", 2.4), token(4, " c", 2.8)]
+    assert monotonic_count(stray, 1.0) == 4  # one stray peak is no loop
+    assert monotonic_count(loop, None) == 6
+    assert repeat_count([5, 1, 1, 1, 1, 2], 2) == 2  # " remember" x 4 -> once
+    assert repeat_count([5, 1, 2, 1, 2, 1, 2, 7], 2) == 3
+    assert repeat_count([5, 1, 1, 2], 2) == 4  # twice is speech
+    assert repeat_count([1, 1, 1], None) == 3
+    words = [token(1, " ab", 0.1), token(2, "c", 0.2), token(3, " d", 0.3), token(4, " e", 5.0)]
+    assert commit_count(words, [], edge=1.0, agreement=False) == 2  # " abc" whole, " d" waits
+    assert commit_count(words[:2] + words[3:], [], edge=1.0, agreement=False) == 0
+
+
+def test_gate_skips_steps_over_silence_and_urgency_grows() -> None:
+    """gate_db: silence runs no step (nothing undecided); urgency counts the unheard audio."""
+    pipe = pipeline("tiny.en")
+    live = LiveTranscriber(pipe.context, pipe.alignment_heads, LiveOptions(gate_db=-50.0))
+    assert live.urgency == 0.0
+    out = []
+    for _ in range(6):
+        out += live.feed(np.zeros(SAMPLE_RATE // 2, dtype=np.float32))
+    assert out == [] and live.stats.steps == 0 and live.stats.skipped_steps == 6
+    assert live.feed(np.full(SAMPLE_RATE // 10, 0.1, np.float32)) == []  # under min_step
+    assert abs(live.urgency - 0.1) < 1e-6  # 0.1 s not yet decided on
