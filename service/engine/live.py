@@ -214,10 +214,11 @@ class LiveSession:
         return audio[:n]
 
     def _need(self, live: LiveTranscriber) -> float:
-        """Seconds of audio this stream has not decoded yet: what orders a round's steps."""
+        """What orders a round's steps: the policy's urgency (audio it has not decoded, and
+        whether words wait undecided) plus the audio still pending here."""
         with self._lock:
             pending = sum(len(a) for a in self._pending)
-        return (pending + live.samples - live.decoded_at) / SAMPLE_RATE
+        return live.urgency + pending / SAMPLE_RATE
 
     async def _run(self, step: Callable[[], Steps], live: LiveTranscriber) -> Steps:
         """One step in the next round of the model's live steps (live_rounds)."""
@@ -301,10 +302,8 @@ class LiveSession:
                         total_seconds=time.perf_counter() - self.arrived,
                         speech_seconds=live.vad.speech_seconds if live.vad else 0.0,
                         skipped_decode_steps=stats.skipped_steps,
-                        # TEMPORARY getattr: LiveStats gains these in branch livestep; once
-                        # merged, read stats.encoder_frames and stats.decoder_steps directly
-                        encoder_frames=getattr(stats, "encoder_frames", 0),
-                        decoder_steps=getattr(stats, "decoder_steps", 0),
+                        encoder_frames=stats.encoder_frames,
+                        decoder_steps=stats.decoder_steps,
                     )
                 )
             )
