@@ -137,10 +137,10 @@ class Engine:
         self._models: dict[str, _Model] = {}
         self._lock = threading.Lock()
         self._counters = Counters()
+        live_workers = max(1, limits.live_workers)  # before _add: a model's rounds use it
+        self.live_pool = ThreadPoolExecutor(live_workers, thread_name_prefix="xattn-live")
         if pipeline is not None:
             self._add(self._batched(pipeline))
-        live_workers = max(1, limits.live_workers)
-        self.live_pool = ThreadPoolExecutor(live_workers, thread_name_prefix="xattn-live")
         self.decoders = None
         if limits.decode_processes > 0:
             self.decoders = DecoderProcesses(limits.decode_processes)
