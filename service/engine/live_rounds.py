@@ -41,7 +41,7 @@ class Ticket(Generic[T]):
 
     def __init__(self, owner: object, need: Callable[[], float], fn: Callable[[], T]) -> None:
         self.owner = owner  # the stream (its session)
-        self.need = need  # seconds of audio the stream has not decoded yet (read at the round)
+        self.need = need  # how due its step is (read when its round starts; larger first)
         self.fn = fn
         self.done: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self.future: Future[T] | None = None  # its step on the pool, once started
