@@ -46,6 +46,7 @@ from benchmarks.streaming import RATE, reference_words
 from benchmarks.wer import EVAL, Clip, clips
 from benchmarks.workers import Workers
 from xattn.clients.api import connect
+from xattn.model.pipeline import LIVE_COMPUTES, resolve_live_precision
 from xattn.service.background import BackgroundServer
 from xattn.service.server import ServerConfig
 
@@ -140,6 +141,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--peer-levels", type=int, nargs="+", help="the peer's levels (1 4 8)")
     parser.add_argument("--skip", default="", help=f"comma-separated: {', '.join(SECTIONS)}")
     parser.add_argument("--quick", action="store_true", help="levels 1 2, short audio")
+    parser.add_argument(
+        "--live-compute", default="auto", choices=LIVE_COMPUTES, help="the server's (auto)"
+    )
     parser.add_argument("--raw", type=Path, help="also write every stream's words here (JSON)")
     parser.add_argument(
         "--max-live-streams", type=int, default=0, help="the server's (0, its default: measured)"
@@ -164,7 +168,11 @@ def run_ours(
     """Our server's levels: the streams' references, each door's raw levels (with the
     server's CPU, peak RSS and encoder calls), the encoder passes timed, the server's facts."""
     config = ServerConfig(  # the rest: the defaults
-        port=0, http_port=0, model=args.model, max_live_streams=args.max_live_streams
+        port=0,
+        http_port=0,
+        model=args.model,
+        max_live_streams=args.max_live_streams,
+        live_compute=args.live_compute,
     )
     encoder = Encoder(side)
     encoder.probe(3)
@@ -203,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     found = eval_clips(args.model)
     most = max([*args.levels, *([] if "peer" in args.skip else args.peer_levels)])
     groups = sequences(found, most, args.seconds)
-    side_args = (args.model, "auto", found[0].file.read_bytes())
+    precision = resolve_live_precision(args.live_compute, "auto")  # the live steps' encoder
+    side_args = (args.model, "auto", found[0].file.read_bytes(), precision)
     with Workers({"side": ("benchmarks.load:side_cases", side_args)}, torch.get_num_threads()) as s:
         ceilings = results.Ceilings(**json.loads(s.run("ceilings")[1]))
         streams, raw, times, about = run_ours(args, groups, s)
@@ -234,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = {
         "model": about["model"],
         "compute": about["compute"],
+        "live compute": f"{args.live_compute}: {precision or 'as the compute'}",
         "server": f"ServerConfig() but its ports: live_workers {about['live workers']}",
         "max live streams": about["max live streams"],
         "max live streams given": args.max_live_streams or "no (measured)",

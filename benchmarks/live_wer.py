@@ -38,6 +38,8 @@ LEVERS: dict[str, dict[str, object]] = {
         "max_repeats": None,
     },
     "full+cuts": {"encode_margin": None, **CUTS},
+    "full-bf16": {"encode_margin": None, "precision": "bf16"},
+    "full-int8": {"encode_margin": None, "precision": "int8"},
     "margin-1": {"encode_margin": 1.0, **CUTS},
     "margin-2": {"encode_margin": 2.0, **CUTS},
     "margin-3": {"encode_margin": 3.0, **CUTS},

@@ -71,9 +71,12 @@ def windows(seconds: float) -> int:
     return max(1, math.ceil(seconds / WINDOW))
 
 
-def side_cases(model: str, compute: str, clip: bytes) -> dict[str, Callable[[], str]]:
-    """For benchmarks.workers: one 30 s encoder pass (benchmarks.service's) and the ceilings."""
-    encoder = in_process_cases(model, compute, clip)["encoder"]
+def side_cases(
+    model: str, compute: str, clip: bytes, precision: str | None = None
+) -> dict[str, Callable[[], str]]:
+    """For benchmarks.workers: one 30 s encoder pass (benchmarks.service's; at `precision`,
+    None: the compute's) and the ceilings."""
+    encoder = in_process_cases(model, compute, clip, precision)["encoder"]
     ceilings = lambda: json.dumps(dataclasses.asdict(results.ceilings()))  # noqa: E731
     return {"encoder": encoder, "ceilings": ceilings}
 

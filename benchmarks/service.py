@@ -47,17 +47,20 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CLIP = ROOT.parent / "shared" / "audio" / "jfk.flac"
 
 
-def in_process_cases(model: str, compute: str, data: bytes) -> dict[str, Callable[[], str]]:
+def in_process_cases(
+    model: str, compute: str, data: bytes, precision: str | None = None
+) -> dict[str, Callable[[], str]]:
     """The in-process side, in a process of its own (benchmarks.workers): a transcription as
-    the server runs it, and one encoder pass. Beside the server in one process, the two
-    threads' OpenMP teams made both sides ~30 % slower (xattn.service.engine.engine)."""
+    the server runs it, and one encoder pass (at `precision`; None: the compute's). Beside
+    the server in one process, the two threads' OpenMP teams made both sides ~30 % slower
+    (xattn.service.engine.engine)."""
     pipe = load_pipeline(model, compute=compute)
     pipe.warm_up()
     mel = pad_or_trim(log_mel_spectrogram(decode_audio(data), pipe.dims.n_mels), N_FRAMES)
 
     def encoder() -> str:
         with torch.inference_mode():
-            pipe.model.encoder(mel[None].to(pipe.model.device))
+            pipe.model.encoder(mel[None].to(pipe.model.device), precision)
         return ""
 
     return {"in-process": partial(in_process, pipe, data), "encoder": encoder}

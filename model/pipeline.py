@@ -197,6 +197,26 @@ def compute_note(compute: str) -> tuple[bool, str]:
 
 
 COMPUTE_CHOICES = (*COMPUTES, *ALIASES, "auto")  # what --compute accepts
+LIVE_COMPUTES = ("auto", "model", "fp32", "bf16", "int8")  # what --live-compute accepts
+
+
+def resolve_live_precision(
+    live_compute: str, compute: str, device: str = "cpu", cpu: CpuCapability | None = None
+) -> str | None:
+    """The encoder's precision in live steps (AudioEncoder.PRECISIONS), None: the model's
+    compute (`compute`, resolved). Live has no token-exact reference (its finals are cut by the
+    live policy), so its default is judged by lag and WER: "auto" is "bf16" where the CPU runs
+    it natively (AVX-512 BF16, AMX) and the model's encoder is fp32 (its finals' WER within
+    0.5 pp of fp32's, benchmarks/live_wer.py), else the model's; "model": the model's."""
+    if live_compute not in LIVE_COMPUTES:
+        raise ValueError(f"unknown live compute {live_compute!r} (one of {LIVE_COMPUTES})")
+    if live_compute == "model":
+        return None
+    if live_compute != "auto":
+        return live_compute
+    encoder = COMPUTES[resolve_compute(compute, device, cpu)][0]
+    on_cpu = torch.device(device).type == "cpu"
+    return "bf16" if on_cpu and encoder == "fp32" and (cpu or CpuCapability.detect()).bf16 else None
 
 
 def compute_help() -> str:

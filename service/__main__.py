@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from xattn.model.pipeline import COMPUTE_CHOICES, compute_help
+from xattn.model.pipeline import COMPUTE_CHOICES, LIVE_COMPUTES, compute_help
 from xattn.service import logs
 from xattn.service.engine.tokens import SecurityConfigError, read_tokens
 from xattn.service.server import LIVE_MAX_SECONDS, ServerConfig, serve
@@ -177,6 +177,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "target holds, measured)",
     )
     flag(
+        "live-compute",
+        str,
+        DEFAULTS.live_compute,
+        "the encoder of live steps: model (as --compute), fp32, bf16 or int8 (APPROXIMATE: "
+        "live finals have no exact reference; judged by lag and WER, docs/live.md), or auto "
+        "(bf16 where the CPU runs it natively, AVX-512 BF16 or AMX, and --compute's encoder "
+        "is fp32; else as --compute)",
+    )
+    flag(
         "decode-processes",
         int,
         DEFAULTS.decode_processes,
@@ -248,6 +257,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--max-message-mb must be > 0")
     if args.compute not in COMPUTE_CHOICES:
         parser.error(f"--compute must be one of {', '.join(COMPUTE_CHOICES)}")
+    if args.live_compute not in LIVE_COMPUTES:
+        parser.error(f"--live-compute must be one of {', '.join(LIVE_COMPUTES)}")
     if args.decode_processes < 0:
         parser.error("--decode-processes must be >= 0")
     if min(args.header_timeout, args.idle_timeout, args.http_body_timeout) <= 0:
@@ -292,6 +303,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         live_workers=args.live_workers,
         live_lag_target=args.live_lag_target,
         max_live_streams=args.max_live_streams,
+        live_compute=args.live_compute,
         decode_processes=args.decode_processes,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,

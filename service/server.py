@@ -27,7 +27,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from xattn.model.pipeline import Pipeline, load_pipeline
+from xattn.model.pipeline import Pipeline, load_pipeline, resolve_live_precision
 from xattn.service import instruments
 from xattn.service.engine.engine import Engine, Limits
 from xattn.service.engine.live import live_settings
@@ -93,6 +93,8 @@ class ServerConfig:
     live_workers: int = 8  # live decode steps in flight (their decoder steps batched)
     live_lag_target: float = 1.0  # seconds of commit lag the live capacity is sized for
     max_live_streams: int = 0  # live streams at once; 0: measured at start-up
+    # the encoder of live steps (xattn.model.pipeline.LIVE_COMPUTES; resolve_live_precision)
+    live_compute: str = "auto"
     live_max_seconds: float | None = None  # audio per live stream; None: max_audio_seconds,
     # at most LIVE_MAX_SECONDS
     decode_processes: int = 2  # encoded files decoded at once, in worker processes (0: here)
@@ -150,8 +152,16 @@ class Server:
             live_workers=config.live_workers,
             live_lag_target=config.live_lag_target,
             max_live_streams=config.max_live_streams,
+            live_precision=resolve_live_precision(
+                config.live_compute, config.compute, config.device
+            ),
             decode_processes=config.decode_processes,
         )
+        if limits.live_precision is not None:
+            log.info(
+                "live steps encode in %s (--live-compute %s)",
+                *(limits.live_precision, config.live_compute),
+            )
         self.engine = Engine(limits)
         self._own_tracer = tracer_provider is None and instruments.wanted()
         self.tracer_provider = tracer_provider

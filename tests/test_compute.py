@@ -23,6 +23,7 @@ from xattn.model.pipeline import (
     compute_note,
     load_pipeline,
     resolve_compute,
+    resolve_live_precision,
 )
 from xattn.service.__main__ import config_from_args, parse_args
 from xattn.service.background import BackgroundServer
@@ -196,3 +197,20 @@ def test_auto_picks_only_exact_paths(cpu: str) -> None:
     assert not exact and note.startswith("approximate")
     assert resolve_compute("auto") in ("int8-logits", "fp32")  # this machine's answer
     assert parse_args([]).compute == "auto"  # the server's default
+
+
+@pytest.mark.parametrize("cpu", list(CPUS))
+def test_live_auto_takes_bf16_only_where_native(cpu: str) -> None:
+    """--live-compute auto: the live steps' encoder in bf16 where the CPU runs it natively
+    and the model's encoder is fp32 (live finals are judged by lag and WER, not tokens:
+    benchmarks/live_wer.py); the file paths keep their compute."""
+    native = CPUS[cpu].bf16
+    assert resolve_live_precision("auto", "auto", "cpu", CPUS[cpu]) == ("bf16" if native else None)
+    assert resolve_live_precision("auto", "int8-encoder", "cpu", CPUS[cpu]) is None
+    assert resolve_live_precision("auto", "auto", "cuda", CPUS[cpu]) is None
+    assert resolve_live_precision("model", "auto", "cpu", CPUS[cpu]) is None
+    assert resolve_live_precision("fp32", "bf16-encoder", "cpu", CPUS[cpu]) == "fp32"
+    with pytest.raises(ValueError, match="live compute"):
+        resolve_live_precision("fp16", "auto")
+    assert parse_args([]).live_compute == "auto"
+    assert config_from_args(parse_args(["--live-compute", "int8"])).live_compute == "int8"

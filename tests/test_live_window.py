@@ -11,7 +11,14 @@ import torch
 from openai_ref import pipeline, reference_model
 
 from xattn.model.audio.features import N_FRAMES, SAMPLE_RATE, decode_audio
-from xattn.model.live.policy import commit_count, monotonic_count, repeat_count
+from xattn.model.live.policy import (
+    commit_count,
+    echoes,
+    monotonic_count,
+    repeat_count,
+    stalled,
+    voiced_after,
+)
 from xattn.model.live.transcriber import LiveOptions, LiveToken, LiveTranscriber
 from xattn.model.live.window import full_rows, kept_frames, window_mel
 from xattn.model.net import fused
@@ -180,3 +187,42 @@ def test_gate_skips_steps_over_silence_and_urgency_grows() -> None:
     assert out == [] and live.stats.steps == 0 and live.stats.skipped_steps == 6
     assert live.feed(np.full(SAMPLE_RATE // 10, 0.1, np.float32)) == []  # under min_step
     assert abs(live.urgency - 0.1) < 1e-6  # 0.1 s not yet decided on
+
+
+def test_stalled_is_an_ended_text_short_of_the_audio() -> None:
+    rest = [token(13, ".", 29.98)]
+    assert stalled(rest, ended=True, last_heard=6.0, edge=8.0)
+    assert stalled([], ended=True, last_heard=6.0, edge=8.0)
+    assert not stalled(rest, ended=False, last_heard=6.0, edge=8.0)  # cut, not ended
+    assert not stalled(rest, ended=True, last_heard=7.5, edge=7.0)  # too little after it
+    assert not stalled(rest, ended=True, last_heard=None, edge=8.0)  # nothing committed
+    assert not stalled([token(1, " The", 8.5)], ended=True, last_heard=6.0, edge=8.0)
+
+
+def test_a_stalled_decoder_slides_and_the_next_sentence_is_heard() -> None:
+    """Two real sentences 1 s apart (../shared/eval): after the first, continuing its forced
+    text, tiny.en proposes the full stop and the end of text step after step while the second
+    is spoken; the stall rule slides the buffer there, and the second sentence's words become
+    final while it is spoken (without it, at these steps, they were never committed)."""
+    from pathlib import Path
+
+    eval_dir = Path(__file__).resolve().parents[2] / "shared" / "eval" / "audio"
+    first, second = (decode_audio(str(eval_dir / f"cuttledoc_fleurs-en-00{k}.ogg")) for k in (1, 3))
+    audio = np.concatenate([first, np.zeros(SAMPLE_RATE, np.float32), second])
+    results, _ = feed(audio, LiveOptions(), chunk_s=0.3)
+    spoken = [r for r in results if r.is_final and r.audio_seconds < len(audio) / SAMPLE_RATE]
+    text = "".join(r.text for r in spoken).lower()
+    assert "sentence" in text  # the first's end
+    assert sum(w in text for w in ("juice", "color", "depending", "acidic", "chemical")) >= 4
+
+
+def test_echoes_and_voiced_after() -> None:
+    prompt = [7, 1, 2, 3, 4, 5, 6, 9]
+    assert echoes([2, 3, 4, 5, 6, 11], prompt)  # five of the prompt's in a row
+    assert not echoes([2, 3, 4, 5, 11, 6], prompt)
+    assert not echoes([2, 3, 4], prompt)  # too short to tell
+    speech = np.sin(np.arange(2 * SAMPLE_RATE) * 0.05).astype(np.float32) * 0.3  # [2 s]
+    quiet = np.full(SAMPLE_RATE, 0.003, np.float32)  # [1 s], -40 dB under it
+    assert not voiced_after(np.concatenate([speech, quiet]), len(speech))
+    assert voiced_after(np.concatenate([speech, quiet, speech[:4000]]), len(speech))
+    assert not voiced_after(speech, len(speech))  # nothing after

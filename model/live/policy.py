@@ -10,12 +10,22 @@ A token is committed once it is decided, by either of two signals:
   place (local agreement over two tokens).
 Commits stop at the first undecided token and never split a word; the last token of a
 hypothesis always waits, since nothing after it shows that the decoder has moved on.
+
+A decoder can stop short of the audio: after a sentence and a pause, continuing a forced
+prefix, Whisper often proposes the sentence's full stop and the end of text, step after step,
+while the next sentence is spoken (it would be skipped, or come late). `stalled` tells when
+(the transcriber then commits the punctuation and starts the buffer after the last word, as
+openai-whisper starts its next window after the last segment), but only when someone speaks
+after that text (`voiced_after`): over silence, a window that starts after the last word invites
+Whisper to repeat its prompt, where the stalled decoder was right to wait.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Protocol
+
+import numpy as np
 
 
 class Timed(Protocol):
@@ -84,3 +94,44 @@ def repeat_count(ids: Sequence[int], max_repeats: int | None, longest: int = 12)
             if all(tail[j] == tail[j % p] for j in range(p, times * p)):
                 return end - (times - 1) * p
     return len(ids)
+
+
+def stalled(rest: Sequence[Timed], ended: bool, last_heard: float | None, edge: float) -> bool:
+    """Whether a step's decoder stopped short of the audio: its hypothesis ended (end of text),
+    nothing of it is undecided but punctuation (`rest`), and the last text committed in the
+    buffer (its latest attention peak, `last_heard`; None: none) lies before `edge`."""
+    if not ended or last_heard is None or last_heard >= edge:
+        return False
+    return not any(c.isalnum() for t in rest for c in t.text)
+
+
+ECHO = 5  # tokens: a hypothesis that begins with this many of its prompt's in a row echoes it
+
+
+def echoes(ids: Sequence[int], prompt: Sequence[int], run: int = ECHO) -> bool:
+    """Whether `ids` begins with `run` tokens that come in a row in `prompt` (over silence
+    after a slide, Whisper tends to read its prompt again: "The hospital has followed
+    protocol ..." once more)."""
+    if len(ids) < run:
+        return False
+    head = list(ids[:run])
+    return any(list(prompt[i : i + run]) == head for i in range(len(prompt) - run + 1))
+
+
+FRAME = 1600  # samples: 0.1 s at 16 kHz, the loudness frame of `voiced_after`
+
+
+def frame_rms(audio: np.ndarray) -> np.ndarray:
+    """RMS of each whole FRAME of `audio`: [len // FRAME]."""
+    n = len(audio) // FRAME
+    frames = audio[: n * FRAME].reshape(n, FRAME).astype(np.float64)  # [n, FRAME]
+    return np.sqrt(np.mean(np.square(frames), axis=1))  # [n]
+
+
+def voiced_after(audio: np.ndarray, split: int, below_db: float = 6.0) -> bool:
+    """Whether `audio[split:]` holds a 0.1 s frame within `below_db` of the speech before
+    `split` (its loudest tenth of frames: the 90th percentile of frame RMS)."""
+    before, after = frame_rms(audio[:split]), frame_rms(audio[split:])
+    if not len(before) or not len(after):
+        return False
+    return float(after.max()) >= float(np.percentile(before, 90)) * 10 ** (-below_db / 20)

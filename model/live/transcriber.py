@@ -10,7 +10,9 @@ The policy (AlignAtt with local agreement), run each time `feed` brings new audi
    prefix) and the text committed before it (the prompt), greedy, without timestamps.
 3. A token is committed once it is decided (heard or agreed: xattn.model.live.policy).
 4. When the buffer grows past `max_buffer`, it slides to the end of the last committed word;
-   the committed text moves into the prompt.
+   the committed text moves into the prompt. It slides there too when the decoder stopped
+   short (xattn.model.live.policy.stalled: it ended the text with `stall` seconds or more of
+   audio after the last committed word; its pending punctuation is committed first).
 `finish` decodes what is left and commits everything. Finals are never revised.
 
 With `gate_db`, a feed whose new audio is quieter than that (RMS, dB of full scale) runs no
@@ -28,7 +30,7 @@ over after it (`over`: later feeds are ignored).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -39,13 +41,22 @@ from xattn.model.audio.vad import VadOptions
 from xattn.model.decode.decoding import DecodeOptions, LogitRules, decode_window, detect_language
 from xattn.model.decode.results import FRAMES_PER_SECOND, WordTiming
 from xattn.model.decode.step_batcher import encode, model_turn, model_work
-from xattn.model.live.policy import commit_count, monotonic_count, repeat_count
+from xattn.model.live.policy import (
+    commit_count,
+    echoes,
+    monotonic_count,
+    repeat_count,
+    stalled,
+    voiced_after,
+)
 from xattn.model.live.vad_stream import BEGIN, END, END_OF_UTTERANCE, SpeechEvent, StreamingVad
 from xattn.model.live.window import full_rows, kept_frames, window_mel
 from xattn.model.transcribe.alignment import find_alignment, token_probabilities
 from xattn.model.transcribe.sequential import Context
 
 PRE_ROLL = 1.0  # seconds of silence kept before speech when the buffer slides over silence
+AFTER_WORD = 0.1  # seconds from a word's DTW end to where the audio after it begins
+DETECT_AFTER = 3.0  # seconds of audio from which a detected language is kept
 
 
 @dataclass(frozen=True)
@@ -71,6 +82,12 @@ class LiveOptions:
     max_repeats: int | None = None
     # at most this many tokens a second of buffered audio a step (+ 16); None: up to 224
     tokens_per_second: float | None = None
+    # seconds of audio after the last committed text past which a decode that ended with
+    # nothing but punctuation undecided slides the buffer (policy.stalled); None: never
+    stall: float | None = 1.5
+    # the encoder's precision for live steps (AudioEncoder.PRECISIONS: "fp32", "bf16",
+    # "int8"; approximate but for fp32); None: the model's compute
+    precision: str | None = None
 
 
 @dataclass(frozen=True)
@@ -119,11 +136,13 @@ class LiveTranscriber:
         self.previous: list[int] = []  # the last decode's uncommitted hypothesis
         self.decoded_at = 0  # samples received at the last decode
         self.language = options.language or (None if ctx.tokenizer.multilingual else "en")
+        self._detect = self.language is None  # detect it again each step until DETECT_AFTER s
         self.finals: list[LiveResult] = []
         self.stats = LiveStats()
         self.vad = StreamingVad(options.vad) if options.vad is not None else None
         self.over = False  # single_utterance: the utterance ended
         self._heard = False  # vad: speech began since the buffer last held only finals
+        self._ended = False  # the last decode ended its text (end of text, not a cut)
 
     @property
     def samples(self) -> int:
@@ -226,10 +245,12 @@ class LiveTranscriber:
         hypothesis = hypothesis[
             : repeat_count([t.id for t in hypothesis], self.options.max_repeats)
         ]
-        if final:  # tokens looking past the end of the audio are guesses about the padding
-            beyond = [i for i, t in enumerate(hypothesis) if t.peak_time > self.received + 0.1]
-            hypothesis = hypothesis[: beyond[0]] if beyond else hypothesis
+        if final:  # tokens after the last one looking into the audio guess about the padding
+            heard = [i for i, t in enumerate(hypothesis) if t.peak_time <= self.received + 0.1]
+            hypothesis = hypothesis[: heard[-1] + 1] if heard else []
         n = len(hypothesis) if final else self._commit_count(hypothesis)
+        slide = not final and self._stalled(hypothesis, n)
+        n = len(hypothesis) if slide else n  # what is left is punctuation: final
         if n:
             yield self._finalise(hypothesis[:n])
         rest = hypothesis[n:]
@@ -244,8 +265,25 @@ class LiveTranscriber:
                 audio_seconds=self.received,
             )
         self.previous = [t.id for t in rest]
-        if not final and (self.samples - self.offset) / SAMPLE_RATE > self.options.max_buffer:
+        if slide or (
+            not final and (self.samples - self.offset) / SAMPLE_RATE > self.options.max_buffer
+        ):
             self._slide()
+
+    def _stalled(self, hypothesis: list[LiveToken], n: int) -> bool:
+        """policy.stalled for this step: `n` tokens of `hypothesis` are about to be committed."""
+        if self.options.stall is None:
+            return False
+        heard = [
+            t.peak_time for t in (*self.committed, *hypothesis[:n]) if t.peak_time <= self.received
+        ]
+        last = max(heard, default=None)
+        if not stalled(hypothesis[n:], self._ended, last, self.received - self.options.stall):
+            return False
+        words = self._words(0, hypothesis[:n])  # where the committed text ends: DTW
+        end = words[-1].end if words else last
+        buffer = self.audio[self.offset - self.base :]  # someone speaks after the text
+        return voiced_after(buffer, int((end + AFTER_WORD) * SAMPLE_RATE) - self.offset)
 
     @torch.inference_mode()
     def _decode(self) -> list[LiveToken]:
@@ -256,11 +294,14 @@ class LiveTranscriber:
         mel, content = run(window_mel, buffer, model.dims.n_mels)  # [1, n_mels, 3000]
         frames = kept_frames(content, self.options.encode_margin)
         mel = mel[..., :frames].to(model.device)  # [1, n_mels, F]
-        features, cache = encode(ctx.batcher, model, mel, frames)  # [1, F / 2, d]
+        features, cache = encode(  # [1, F / 2, d]
+            ctx.batcher, model, mel, frames, self.options.precision
+        )
         self.stats.encode_seconds += time.perf_counter() - t0
         self.stats.encoder_frames += frames // 2
-        if self.language is None:
+        if self._detect:  # on the first second or two of audio, detection is a guess
             self.language, _ = run(detect_language, model, features, tok)
+            self._detect = self.received < DETECT_AFTER and not (self.committed or self.prompt)
         self._cache, self._frames = cache, content // 2
         sot = (*tok.sot_sequence(self.language), tok.no_timestamps)
         prompt = self.prompt[-(model.dims.n_text_ctx // 2 - 1) :]
@@ -285,7 +326,7 @@ class LiveTranscriber:
             *(model, features, cache, tok, initial, initial.index(tok.sot), rules, 0.0),
             *(options, ctx.batcher),
         )
-        tokens = []
+        tokens, self._ended = [], False
         while True:
             try:
                 step = next(steps)
@@ -294,6 +335,7 @@ class LiveTranscriber:
                 break
             self.stats.decoder_steps += 1
             if step.token == tok.eot:
+                self._ended = True
                 continue
             row = step.attention[self.heads[:, 0], self.heads[:, 1]].mean(0)  # [F / 2]
             peak = (self.offset / SAMPLE_RATE) + float(row.argmax()) / FRAMES_PER_SECOND
@@ -307,6 +349,8 @@ class LiveTranscriber:
                 return tokens
         if result.no_speech_prob > 0.6 and result.avg_logprob < -1.0:
             return []  # silence, by openai-whisper's rule
+        if not self.committed and echoes([t.id for t in tokens], self.prompt):
+            return []  # a new buffer read as its prompt again: Whisper's guess over silence
         return tokens
 
     def _commit_count(self, hypothesis: list[LiveToken]) -> int:
@@ -328,11 +372,11 @@ class LiveTranscriber:
         )
 
     @torch.inference_mode()
-    def _words(self, first_new: int) -> tuple[WordTiming, ...]:
-        """Words of the committed tokens from index `first_new` on, timed by DTW over the
-        buffer's alignment heads (stream clock)."""
+    def _words(self, first_new: int, extra: Sequence[LiveToken] = ()) -> tuple[WordTiming, ...]:
+        """Words of the committed tokens (and `extra` after them) from index `first_new` on,
+        timed by DTW over the buffer's alignment heads (stream clock)."""
         tok = self.ctx.tokenizer
-        text = [t.id for t in self.committed]
+        text = [t.id for t in (*self.committed, *extra)]
         prefix = [*tok.sot_sequence(self.language), tok.no_timestamps]
         sequence = [*prefix, *text, tok.eot]
 

@@ -392,12 +392,11 @@ def live_options(config: pb.StreamingRecognitionConfig, defaults: LiveOptions) -
             )
     if policy.HasField("agreement"):
         agreement = policy.agreement
-    return LiveOptions(
+    return dataclasses.replace(
+        defaults,
         language=config.language or defaults.language,
         commit_margin=margin,
         agreement=agreement,
-        min_step=defaults.min_step,
-        max_buffer=defaults.max_buffer,
         return_attention=True,
         vad=live_vad(config),
         single_utterance=config.single_utterance,

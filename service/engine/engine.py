@@ -73,6 +73,8 @@ class Limits:
     live_workers: int = 8
     live_lag_target: float = 1.0  # seconds: live streams admitted while rounds fit in it
     max_live_streams: int = 0  # live streams at once; 0: as measured (live_admission)
+    # the encoder's precision in live steps (AudioEncoder.PRECISIONS; None: the model's compute)
+    live_precision: str | None = None
     # encoded files decoded at once, each in a worker process (xattn.service.engine.decoders); 0: on
     # the server's own threads, where a crash in FFmpeg or libsndfile ends the server
     decode_processes: int = 2
@@ -195,7 +197,7 @@ class Engine:
             log.info("warmed up %s in %.2f s", pipe.name, seconds)
         step = 0.0  # a live step timed: the live capacity (unless --max-live-streams)
         if warm_up and self.limits.max_live_streams <= 0:
-            step = await in_passing_thread(measure_step, pipe)
+            step = await in_passing_thread(measure_step, pipe, self.limits.live_precision)
         pipe = await in_passing_thread(self._batched, pipe)  # packs the weights
         self._add(pipe, seconds, step)
         return pipe

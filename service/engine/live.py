@@ -113,7 +113,8 @@ class LiveSettings:
 
 def live_settings(limits: Limits) -> LiveSettings:
     """The live settings of a server with these limits."""
-    return LiveSettings(limits.live_idle_timeout, limits.max_live_seconds)
+    defaults = LiveOptions(precision=limits.live_precision)
+    return LiveSettings(limits.live_idle_timeout, limits.max_live_seconds, defaults)
 
 
 @dataclass

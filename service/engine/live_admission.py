@@ -68,11 +68,14 @@ def calibration_audio(seconds: float = CALIBRATION_SECONDS) -> np.ndarray:
     return np.resize(speech, n).astype(np.float32) if len(speech) else voiced_audio(seconds)
 
 
-def measure_step(pipe: Pipeline, seconds: float = CALIBRATION_SECONDS) -> float:
-    """Wall-clock seconds of one live step over `seconds` of buffered audio, after an untimed
-    step over all but the last second (on the model thread of the pipeline's batcher if it
-    has one, else on the caller's: blocking)."""
-    live = LiveTranscriber(pipe.context, pipe.alignment_heads, LiveOptions())
+def measure_step(
+    pipe: Pipeline, precision: str | None = None, seconds: float = CALIBRATION_SECONDS
+) -> float:
+    """Wall-clock seconds of one live step (its encoder at `precision`, None: the model's)
+    over `seconds` of buffered audio, after an untimed step over all but the last second (on
+    the model thread of the pipeline's batcher if it has one, else on the caller's: blocking)."""
+    options = LiveOptions(precision=precision)
+    live = LiveTranscriber(pipe.context, pipe.alignment_heads, options)
     audio = calibration_audio(seconds)
     split = max(0, len(audio) - SAMPLE_RATE)
     live.feed_in_turn(lambda: audio[:split])
