@@ -279,16 +279,26 @@ def test_two_tabs_record_and_a_third_is_refused(bridge: str, browser: Any, serve
             finals = tab.js("xattnLive.finals")
             n = tab.js("xattn.allRows")
             assert n == sum(f["tokens"] for f in finals) > 15
+            # one window, or several where the buffer slid (a pause after "Americans" can
+            # stall the decoder: xattn.model.live.policy.stalled): each window's rows, in order
             windows = tab.js("xattnLive.windows")
-            assert len(windows) == 1, (windows, tab.js("xattnLive.sentSeconds"))
-            assert tab.js("xattn.rows") == n
-            assert tab.page.get_attribute("#heatmap", "data-rows") == str(n)
-            assert "".join(t["text"] for t in tab.js("xattn.tokens")) == text
+            assert len(windows) == tab.js("xattn.windows") >= 1, windows
+            assert [w["offset"] for w in windows] == sorted(w["offset"] for w in windows)
+            per_window, texts = [], []
+            for i in range(len(windows)):
+                tab.js(f"xattn.selectWindow({i})")
+                tab.js("xattn.draw()")
+                per_window.append(tab.js("xattn.rows"))
+                assert tab.page.get_attribute("#heatmap", "data-rows") == str(per_window[-1])
+                texts += [t["text"] for t in tab.js("xattn.tokens")]
+            assert sum(per_window) == n and "".join(texts) == text
+            most = max(per_window)
             grown = sorted({rows for _, rows in tab.js("xattn.history")})
-            assert len([r for r in grown if 0 < r < n]) >= 1 and grown[-1] == n, grown
-            # the inspection view: words, every head, the recording in the player
+            assert len([r for r in grown if 0 < r < most]) >= 1 and grown[-1] == most, grown
+            # the inspection view (of the longest window): words, every head, the recording
+            tab.js(f"xattn.selectWindow({per_window.index(most)})")
             tokens = tab.js("xattn.tokens")
-            assert sum(t["word"] is not None for t in tokens) > n // 2
+            assert sum(t["word"] is not None for t in tokens) > most // 2
             assert "L3H5" in tab.js("xattn.views")
             tab.js("xattn.select('L3H5')")
             assert tab.js("xattn.view") == "L3H5"

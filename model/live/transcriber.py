@@ -252,7 +252,7 @@ class LiveTranscriber:
         slide = not final and self._stalled(hypothesis, n)
         n = len(hypothesis) if slide else n  # what is left is punctuation: final
         if n:
-            yield self._finalise(hypothesis[:n])
+            yield self._finalise(hypothesis[:n], hypothesis[n:])
         rest = hypothesis[n:]
         if rest and not final:
             agreed = sum(1 for a, b in zip(rest, self.previous, strict=False) if a.id == b)
@@ -357,10 +357,12 @@ class LiveTranscriber:
         edge = self.received - self.options.commit_margin
         return commit_count(hypothesis, self.previous, edge, self.options.agreement)
 
-    def _finalise(self, tokens: list[LiveToken]) -> LiveResult:
+    def _finalise(self, tokens: list[LiveToken], rest: list[LiveToken]) -> LiveResult:
+        """Commit `tokens`; their words are timed beside the `rest` of the hypothesis (a text
+        that covers the audio, else DTW stretches the last committed words over the rest)."""
         before = len(self.committed)
         self.committed.extend(tokens)
-        words = self._words(before)
+        words = self._words(before, rest, upto=len(self.committed))
         return LiveResult(
             is_final=True,
             tokens=tuple(tokens),
@@ -372,9 +374,12 @@ class LiveTranscriber:
         )
 
     @torch.inference_mode()
-    def _words(self, first_new: int, extra: Sequence[LiveToken] = ()) -> tuple[WordTiming, ...]:
-        """Words of the committed tokens (and `extra` after them) from index `first_new` on,
-        timed by DTW over the buffer's alignment heads (stream clock)."""
+    def _words(
+        self, first_new: int, extra: Sequence[LiveToken] = (), upto: int | None = None
+    ) -> tuple[WordTiming, ...]:
+        """Words of the committed tokens and `extra` after them, timed together by DTW over the
+        buffer's alignment heads (stream clock): those from token `first_new` on that end by
+        token `upto` (None: all)."""
         tok = self.ctx.tokenizer
         text = [t.id for t in (*self.committed, *extra)]
         prefix = [*tok.sot_sequence(self.language), tok.no_timestamps]
@@ -397,8 +402,10 @@ class LiveTranscriber:
 
         words = model_work(self.ctx.batcher)(align)
         offset, out, seen = self.offset / SAMPLE_RATE, [], 0
+        last = len(text) if upto is None else upto
         for w in words:
-            if seen >= first_new and w.word:
+            spoken = any(c.isalnum() for c in w.word)  # not a stall's lone full stop
+            if seen >= first_new and seen + len(w.tokens) <= last and spoken:
                 start, end = round(offset + w.start, 2), round(offset + w.end, 2)
                 out.append(WordTiming(w.word, start, end, w.probability, w.tokens))
             seen += len(w.tokens)
