@@ -404,7 +404,8 @@ class LiveTranscriber:
         offset, out, seen = self.offset / SAMPLE_RATE, [], 0
         last = len(text) if upto is None else upto
         for w in words:
-            spoken = any(c.isalnum() for c in w.word)  # not a stall's lone full stop
+            # a final's words: not a stall's lone full stop (a slide reads where it ends)
+            spoken = upto is None or any(c.isalnum() for c in w.word)
             if seen >= first_new and seen + len(w.tokens) <= last and spoken:
                 start, end = round(offset + w.start, 2), round(offset + w.end, 2)
                 out.append(WordTiming(w.word, start, end, w.probability, w.tokens))
