@@ -172,9 +172,8 @@ class StepBatcher:
         the caches)."""
         self.model = model
         self.batch_encoder = model.device.type != "cpu" if batch_encoder is None else batch_encoder
-        # windows waiting for the encoder: mel, frames, future (each encode submits a call,
-        # so windows of other lengths than a call's are taken by a later one)
-        # (mel, (frames, precision), its future): windows waiting for the encoder
+        # windows waiting for the encoder: mel, (frames, precision), future (each encode
+        # submits a call, so windows of another shape than a call's are taken by a later one)
         self._encodes: list[tuple[Tensor, tuple[int, str | None], Future]] = []
         model.decoder.pack()  # now, not on the first batched step: oneDNN's weight layout
         self.max_batch = max_batch
