@@ -486,6 +486,7 @@ configs = st.builds(
             pb.LivePolicy,
             commit_margin=st.one_of(st.floats(), st.sampled_from([0.3, -1.0, 1e9])),
             agreement=st.booleans(),
+            first_context=st.one_of(st.floats(), st.sampled_from([1.5, -1.0, 1e9])),
         ),
     ),
 )

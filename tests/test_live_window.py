@@ -15,6 +15,7 @@ from xattn.model.live.policy import (
     commit_count,
     echoes,
     monotonic_count,
+    pause_in,
     repeat_count,
     stalled,
     voiced_after,
@@ -132,8 +133,12 @@ def test_live_rows_are_1500_wide_and_jfk_reads_right(jfk: np.ndarray) -> None:
     assert stats.decoder_steps > 0
 
 
-def test_default_live_transcript_of_jfk(jfk: np.ndarray) -> None:
-    results, stats = feed(jfk, LiveOptions())
+@pytest.mark.parametrize("chunk_s", [0.5, 0.4])
+def test_default_live_transcript_of_jfk(jfk: np.ndarray, chunk_s: float) -> None:
+    """At 0.4 s feeds the decoder stalls after "Americans." and after "not.": the buffer
+    slides into the pause after them (it once slid to their DTW ends, stretched over the pause
+    to the next word's first sound, and read "Yes, not. Like your country")."""
+    results, stats = feed(jfk, LiveOptions(), chunk_s)
     text = "".join(r.text for r in results if r.is_final)
     assert text.strip().lower().replace(",", "").replace(".", "") == (
         "and so my fellow americans ask not what your country can do for you "
@@ -226,3 +231,14 @@ def test_echoes_and_voiced_after() -> None:
     assert not voiced_after(np.concatenate([speech, quiet]), len(speech))
     assert voiced_after(np.concatenate([speech, quiet, speech[:4000]]), len(speech))
     assert not voiced_after(speech, len(speech))  # nothing after
+
+
+def test_pause_in_finds_the_middle_of_the_first_pause_after_a_word() -> None:
+    speech = np.sin(np.arange(SAMPLE_RATE) * 0.05).astype(np.float32) * 0.3  # [1 s]
+    quiet = np.full(SAMPLE_RATE // 2, 0.003, np.float32)  # [0.5 s], -40 dB under it
+    gap = np.full(SAMPLE_RATE // 10, 0.003, np.float32)  # [0.1 s]: a closure, not a pause
+    audio = np.concatenate([speech, gap, speech, quiet, speech])  # pause at 2.1 - 2.6 s
+    assert pause_in(audio, 0, len(audio)) == round(2.35 * SAMPLE_RATE)
+    assert pause_in(audio, 0, round(2.0 * SAMPLE_RATE)) is None  # begins after `last`
+    assert pause_in(audio, round(2.2 * SAMPLE_RATE), len(audio)) == round(2.4 * SAMPLE_RATE)
+    assert pause_in(np.concatenate([speech, speech]), 0, 2 * SAMPLE_RATE) is None  # no quiet

@@ -8,6 +8,7 @@ import pytest
 from xattn.model.audio.features import AudioError, AudioTooLongError
 from xattn.model.decode.decoding import DEFAULT_TEMPERATURES, OptionsError
 from xattn.model.decode.results import TokenEvent, Transcript, WindowDiscarded, WindowStart
+from xattn.model.live.transcriber import LiveOptions
 from xattn.model.net.dims import ModelDims
 from xattn.service.engine import convert
 from xattn.service.engine.rows import RowSpec, row_spec, unpack
@@ -124,3 +125,16 @@ def test_discarded_attempts_leave_the_stacked_rows() -> None:
     (window,) = answers[-1].windows
     assert list(window.token_indices) == [2, 3] and list(window.token_ids) == [400, 50256]
     assert unpack(window.matrix).shape == (2, 1, 1500)
+
+
+def test_live_policy_over_the_defaults() -> None:
+    defaults = LiveOptions(first_context=1.5)
+    config = pb.StreamingRecognitionConfig(policy=pb.LivePolicy(commit_margin=0.5))
+    options = convert.live_options(config, defaults)
+    assert (options.commit_margin, options.agreement, options.first_context) == (0.5, True, 1.5)
+    config.policy.first_context = 0.0
+    assert convert.live_options(config, defaults).first_context == 0.0
+    for bad in (-1.0, float("nan"), 1e9):
+        config.policy.first_context = bad
+        with pytest.raises(OptionsError, match="policy.first_context must be in 0..25 s"):
+            convert.live_options(config, defaults)

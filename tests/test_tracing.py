@@ -18,7 +18,7 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -36,7 +36,7 @@ from xattn.v1 import transcriber_pb2_grpc
 
 otel = pytest.importorskip("opentelemetry.sdk.trace")
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: E402
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
     InMemorySpanExporter,
 )
@@ -48,6 +48,26 @@ TRACEPARENT = f"00-{TRACE}-{PARENT}-01"
 WINDOW = {"xattn.encode", "xattn.decode"}
 
 
+class Exporter(InMemorySpanExporter):
+    """The in-memory exporter, and a wait for a span to end: a server's request span ends
+    after its response is sent, so a client may read the response first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ended = threading.Condition()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        with self.ended:
+            result = super().export(spans)
+            self.ended.notify_all()
+        return result
+
+    def wait_for(self, name: str, timeout: float = 60.0) -> None:
+        with self.ended:
+            spans = self.get_finished_spans
+            self.ended.wait_for(lambda: any(s.name == name for s in spans()), timeout)
+
+
 @pytest.fixture(scope="module")
 def pipeline() -> Pipeline:
     return load_pipeline("tiny.en")
@@ -55,7 +75,7 @@ def pipeline() -> Pipeline:
 
 @pytest.fixture(scope="module")
 def traced(pipeline: Pipeline) -> Iterator[tuple[BackgroundServer, InMemorySpanExporter]]:
-    exporter = InMemorySpanExporter()
+    exporter = Exporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     config = ServerConfig(port=0, http_port=0, workers=1, max_queue=2)
@@ -81,7 +101,9 @@ def _below(span: ReadableSpan, by_parent: dict) -> dict[str, list[ReadableSpan]]
     return out
 
 
-def roots(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
+def roots(exporter: Exporter, name: str) -> list[ReadableSpan]:
+    """The ended spans called `name`, once one has ended."""
+    exporter.wait_for(name)
     return [s for s in exporter.get_finished_spans() if s.name == name]
 
 

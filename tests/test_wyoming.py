@@ -95,8 +95,12 @@ def grpc_transcribe(bg: BackgroundServer, pcm: pb.Pcm, **options: object) -> pb.
 
 
 def grpc_live(bg: BackgroundServer, samples: np.ndarray) -> tuple[list[str], str]:
-    """StreamingRecognize of 16 kHz float32 `samples` as one audio_content: finals, text."""
-    config = pb.StreamingRecognitionConfig(encoding=pb.PCM_ENCODING_FLOAT32, sample_rate=16000)
+    """StreamingRecognize of 16 kHz float32 `samples` as one audio_content, with the Wyoming
+    face's policy for commands: finals, text."""
+    policy = pb.LivePolicy(first_context=WyomingSettings().first_context)
+    config = pb.StreamingRecognitionConfig(
+        encoding=pb.PCM_ENCODING_FLOAT32, sample_rate=16000, policy=policy
+    )
     requests = [
         pb.StreamingRecognizeRequest(config=config),
         pb.StreamingRecognizeRequest(audio_content=samples.astype("<f4").tobytes()),

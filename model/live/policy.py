@@ -128,6 +128,43 @@ def frame_rms(audio: np.ndarray) -> np.ndarray:
     return np.sqrt(np.mean(np.square(frames), axis=1))  # [n]
 
 
+PAUSE = 3  # frames: 0.3 s of quiet in a row make a pause between words
+QUIET = 0.3  # a quiet frame lies below this share of the way, in dB, from noise to speech
+
+
+def quiet_frames(audio: np.ndarray) -> np.ndarray | None:
+    """Which FRAMEs of `audio` are quiet: RMS below QUIET of the way from the 10th percentile
+    of frame RMS to the 90th, in dB; None: no speech to tell them from (those lie under 6 dB
+    apart)."""
+    db = 20 * np.log10(np.maximum(frame_rms(audio), 1e-10))  # [frames]
+    if len(db) < PAUSE:
+        return None
+    floor, speech = np.percentile(db, [10, 90])
+    if speech - floor < 6.0:
+        return None
+    return db < floor + QUIET * (speech - floor)  # [frames]
+
+
+def pause_in(audio: np.ndarray, first: int, last: int) -> int | None:
+    """The middle sample of the first pause (PAUSE quiet frames in a row) of `audio` that
+    begins between samples `first` and `last`; None: none, or no speech to tell it from."""
+    quiet = quiet_frames(audio)
+    if quiet is None:
+        return None
+    run, start = 0, -(-first // FRAME)  # the first whole frame from `first`
+    for i in range(start, len(quiet)):
+        run = run + 1 if quiet[i] else 0
+        begin = i + 1 - run
+        if begin * FRAME > last:
+            return None
+        if run == PAUSE:
+            end = i + 1
+            while end < len(quiet) and quiet[end]:
+                end += 1
+            return (begin + end) * FRAME // 2
+    return None
+
+
 def voiced_after(audio: np.ndarray, split: int, below_db: float = 6.0) -> bool:
     """Whether `audio[split:]` holds a 0.1 s frame within `below_db` of the speech before
     `split` (its loudest tenth of frames: the 90th percentile of frame RMS)."""

@@ -45,6 +45,7 @@ from xattn.model.live.policy import (
     commit_count,
     echoes,
     monotonic_count,
+    pause_in,
     repeat_count,
     stalled,
     voiced_after,
@@ -85,6 +86,11 @@ class LiveOptions:
     # seconds of audio after the last committed text past which a decode that ended with
     # nothing but punctuation undecided slides the buffer (policy.stalled); None: never
     stall: float | None = 1.5
+    # seconds of audio heard after a stream's first words before they are committed (by the
+    # heard rule alone): with no text before them Whisper misreads first words until it hears
+    # what follows (tiny.en read "Set the thermostat" as "That's the first time" until 2 s
+    # were heard); None: as any other words
+    first_context: float | None = None
     # the encoder's precision for live steps (AudioEncoder.PRECISIONS: "fp32", "bf16",
     # "int8"; approximate but for fp32); None: the model's compute
     precision: str | None = None
@@ -249,8 +255,8 @@ class LiveTranscriber:
             heard = [i for i, t in enumerate(hypothesis) if t.peak_time <= self.received + 0.1]
             hypothesis = hypothesis[: heard[-1] + 1] if heard else []
         n = len(hypothesis) if final else self._commit_count(hypothesis)
-        slide = not final and self._stalled(hypothesis, n)
-        n = len(hypothesis) if slide else n  # what is left is punctuation: final
+        stall = None if final else self._stalled(hypothesis, n)
+        n = len(hypothesis) if stall is not None else n  # what is left is punctuation: final
         if n:
             yield self._finalise(hypothesis[:n], hypothesis[n:])
         rest = hypothesis[n:]
@@ -265,25 +271,33 @@ class LiveTranscriber:
                 audio_seconds=self.received,
             )
         self.previous = [t.id for t in rest]
-        if slide or (
+        if stall is not None or (
             not final and (self.samples - self.offset) / SAMPLE_RATE > self.options.max_buffer
         ):
-            self._slide()
+            self._slide(stall)
 
-    def _stalled(self, hypothesis: list[LiveToken], n: int) -> bool:
-        """policy.stalled for this step: `n` tokens of `hypothesis` are about to be committed."""
+    def _stalled(self, hypothesis: list[LiveToken], n: int) -> int | None:
+        """policy.stalled for this step (`n` tokens of `hypothesis` are about to be
+        committed): the sample where the buffer then starts, None: no stall. There: the pause
+        after the last word (DTW stretches a last word over a pause and into untranscribed
+        speech after it, and a buffer that starts inside a word misreads it), else its DTW
+        end; and only when someone speaks after it."""
         if self.options.stall is None:
-            return False
+            return None
         heard = [
             t.peak_time for t in (*self.committed, *hypothesis[:n]) if t.peak_time <= self.received
         ]
         last = max(heard, default=None)
         if not stalled(hypothesis[n:], self._ended, last, self.received - self.options.stall):
-            return False
-        words = self._words(0, hypothesis[:n])  # where the committed text ends: DTW
+            return None
+        assert last is not None
+        words = self._words(0, hypothesis[:n])
         end = words[-1].end if words else last
-        buffer = self.audio[self.offset - self.base :]  # someone speaks after the text
-        return voiced_after(buffer, int((end + AFTER_WORD) * SAMPLE_RATE) - self.offset)
+        buffer = self.audio[self.offset - self.base :]
+        at = [round(s * SAMPLE_RATE) - self.offset for s in (last, end + AFTER_WORD)]  # buffer's
+        split = pause_in(buffer, at[0], at[1])
+        split = at[1] if split is None else split
+        return split + self.offset if voiced_after(buffer, split) else None
 
     @torch.inference_mode()
     def _decode(self) -> list[LiveToken]:
@@ -354,6 +368,9 @@ class LiveTranscriber:
         return tokens
 
     def _commit_count(self, hypothesis: list[LiveToken]) -> int:
+        first = self.options.first_context
+        if first is not None and not (self.prompt or self.committed):  # the first words
+            return commit_count(hypothesis, self.previous, self.received - first, False)
         edge = self.received - self.options.commit_margin
         return commit_count(hypothesis, self.previous, edge, self.options.agreement)
 
@@ -412,11 +429,13 @@ class LiveTranscriber:
             seen += len(w.tokens)
         return tuple(out)
 
-    def _slide(self) -> None:
-        """Move the buffer's start to the end of the last committed word."""
-        words = self._words(0) if self.committed else ()
-        end = words[-1].end if words else self.received - self.options.commit_margin
-        self.offset = min(self.samples, max(self.offset, int(end * SAMPLE_RATE)))
+    def _slide(self, to: int | None = None) -> None:
+        """Move the buffer's start to sample `to`, None: the end of the last committed word."""
+        if to is None:
+            words = self._words(0) if self.committed else ()
+            end = words[-1].end if words else self.received - self.options.commit_margin
+            to = int(end * SAMPLE_RATE)
+        self.offset = min(self.samples, max(self.offset, to))
         self.audio = self.audio[self.offset - self.base :]  # the rest is never read again
         self.base = self.offset
         self.prompt.extend(t.id for t in self.committed)

@@ -383,24 +383,30 @@ def model_info(
 
 def live_options(config: pb.StreamingRecognitionConfig, defaults: LiveOptions) -> LiveOptions:
     """The config's policy over the server's defaults (OptionsError for impossible values)."""
-    policy, margin, agreement = config.policy, defaults.commit_margin, defaults.agreement
+    policy, limit = config.policy, defaults.max_buffer
+    margin, agreement, first = defaults.commit_margin, defaults.agreement, defaults.first_context
     if policy.HasField("commit_margin"):
-        margin = policy.commit_margin
-        if not math.isfinite(margin) or not 0 <= margin <= defaults.max_buffer:
-            raise OptionsError(
-                f"policy.commit_margin must be in 0..{defaults.max_buffer:g} s, not {margin}"
-            )
+        margin = _seconds(policy.commit_margin, "policy.commit_margin", limit)
     if policy.HasField("agreement"):
         agreement = policy.agreement
+    if policy.HasField("first_context"):
+        first = _seconds(policy.first_context, "policy.first_context", limit)
     return dataclasses.replace(
         defaults,
         language=config.language or defaults.language,
         commit_margin=margin,
         agreement=agreement,
+        first_context=first,
         return_attention=True,
         vad=live_vad(config),
         single_utterance=config.single_utterance,
     )
+
+
+def _seconds(value: float, name: str, limit: float) -> float:
+    if not math.isfinite(value) or not 0 <= value <= limit:
+        raise OptionsError(f"{name} must be in 0..{limit:g} s, not {value}")
+    return value
 
 
 def live_vad(config: pb.StreamingRecognitionConfig) -> VadOptions | None:

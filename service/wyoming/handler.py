@@ -72,6 +72,9 @@ class WyomingSettings:
     max_payload_bytes: int = 4 << 20  # one audio-chunk (10 s of 48 kHz 32-bit stereo)
     max_data_bytes: int = 1 << 20  # one event's JSON data
     live: LiveSettings = field(default_factory=LiveSettings)  # the live limit, the policy
+    # streamed: seconds heard after a command's first words before they go out (LiveOptions.
+    # first_context: a command is all first words, and a misread one is a wrong command)
+    first_context: float | None = 1.5
 
 
 class _Guarded:
@@ -247,7 +250,10 @@ class WyomingHandler(AsyncEventHandler):
             if self.settings.streaming:
                 # this loop keeps the deadline between events; the stream's own comes later
                 idle = 2 * self.settings.idle_timeout
-                live = dataclasses.replace(self.settings.live, idle_timeout=idle)
+                policy = dataclasses.replace(
+                    self.settings.live.defaults, first_context=self.settings.first_context
+                )
+                live = dataclasses.replace(self.settings.live, idle_timeout=idle, defaults=policy)
                 self.command = StreamedCommand(
                     self.engine, live, request, fmt, self.write_event, self._command_failed
                 )

@@ -558,12 +558,14 @@ class StreamingRecognitionConfig(_message.Message):
     def __init__(self, encoding: _Optional[_Union[PcmEncoding, str]] = ..., sample_rate: _Optional[int] = ..., channels: _Optional[int] = ..., language: _Optional[str] = ..., interim_results: _Optional[bool] = ..., alignment: _Optional[_Union[AlignmentOptions, _Mapping]] = ..., policy: _Optional[_Union[LivePolicy, _Mapping]] = ..., vad: _Optional[bool] = ..., single_utterance: _Optional[bool] = ..., vad_options: _Optional[_Union[VadOptions, _Mapping]] = ..., model: _Optional[str] = ...) -> None: ...
 
 class LivePolicy(_message.Message):
-    __slots__ = ("commit_margin", "agreement")
+    __slots__ = ("commit_margin", "agreement", "first_context")
     COMMIT_MARGIN_FIELD_NUMBER: _ClassVar[int]
     AGREEMENT_FIELD_NUMBER: _ClassVar[int]
+    FIRST_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     commit_margin: float
     agreement: bool
-    def __init__(self, commit_margin: _Optional[float] = ..., agreement: _Optional[bool] = ...) -> None: ...
+    first_context: float
+    def __init__(self, commit_margin: _Optional[float] = ..., agreement: _Optional[bool] = ..., first_context: _Optional[float] = ...) -> None: ...
 
 class StreamingRecognizeResponse(_message.Message):
     __slots__ = ("result", "done", "speech_event")
