@@ -73,7 +73,9 @@ def test_capacity_sizing_and_flags() -> None:
 
 
 def test_measured_capacity_in_model_info() -> None:
-    with BackgroundServer(ServerConfig(port=0), pipeline("tiny.en")) as server:
+    """Capacity measured with the live steps' encoder (--live-compute int8), both said."""
+    config = ServerConfig(port=0, live_compute="int8")
+    with BackgroundServer(config, pipeline("tiny.en")) as server:
         with grpc.insecure_channel(server.address) as channel:
             info = Stub(channel).GetModelInfo(pb.GetModelInfoRequest())
         admission = server.engine._models[info.model_name].admission
@@ -81,6 +83,7 @@ def test_measured_capacity_in_model_info() -> None:
     assert info.limits.max_live_streams == admission.max_streams >= 1
     assert info.limits.live_lag_target_seconds == 1.0
     assert info.models[0].limits.max_live_streams == info.limits.max_live_streams
+    assert info.limits.live_compute == info.models[0].limits.live_compute == "int8"
 
 
 @pytest.fixture(scope="module")

@@ -198,10 +198,16 @@ class LiveTranscriber:
         with model_turn(self.ctx.batcher):
             return self.feed(take())
 
-    def finish(self) -> list[LiveResult]:
+    def finish(self, take: Callable[[], np.ndarray] | None = None) -> list[LiveResult]:
+        """Decode what is left and commit all of it. `take` (without vad): the audio that came
+        after the last step, taken in the turn, joins the buffer without a step of its own (a
+        stream that ends waits for one decode, not two)."""
         if self.over or (self.vad is not None and not self._pending_speech()):
             return []
         with model_turn(self.ctx.batcher):
+            if take is not None:
+                assert self.vad is None, "vad: the rest goes through feed"
+                self.audio = np.concatenate([self.audio, take().astype(np.float32)])
             return self._timed(final=True) if self.samples > self.offset else []
 
     def _feed_vad(self, audio: np.ndarray) -> list[LiveResult | SpeechEvent]:

@@ -330,6 +330,7 @@ def server_limits(
         live_idle_timeout_seconds=limits.live_idle_timeout,
         max_live_streams=limits.max_live_streams if live_streams is None else live_streams,
         live_lag_target_seconds=limits.live_lag_target,
+        live_compute=limits.live_precision or "",
     )
 
 

@@ -214,6 +214,15 @@ class LiveSession:
             self._pending = [audio[n:]] if len(audio) > n else []
         return audio[:n]
 
+    def _last(self, live: LiveTranscriber) -> bool:
+        """Whether the pending audio is the stream's last and the finish takes it (half-closed,
+        no vad, and it fits the window): no step of its own."""
+        if not self._ended or live.vad is not None:
+            return False
+        with self._lock:
+            pending = sum(len(a) for a in self._pending) / SAMPLE_RATE
+        return pending <= WINDOW_SECONDS - (live.samples - live.offset) / SAMPLE_RATE
+
     def _need(self, live: LiveTranscriber) -> float:
         """What orders a round's steps: the policy's urgency (audio it has not decoded, and
         whether words wait undecided) plus the audio still pending here."""
@@ -280,13 +289,14 @@ class LiveSession:
                 rounds.idle(self)  # no audio now: the next round need not wait for it
                 await self._wake.wait()
                 self._wake.clear()
-                while self._pending and self._error is None:
+                while self._pending and self._error is None and not self._last(live):
                     yield await self._run(lambda: shaped(step()), live)
                 if self._error is not None:
                     raise self._error
                 if self._ended or live.over:  # half-closed, or single_utterance over
                     break
-            finish = partial(self._watched, live, pipe.name, live.finish)
+            tail = None if live.vad is not None else partial(self._take, live)
+            finish = partial(self._watched, live, pipe.name, partial(live.finish, tail))
             last = await self._run(lambda: shaped(finish()), live)
             stats = live.stats
             last.append(

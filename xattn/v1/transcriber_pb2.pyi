@@ -160,7 +160,7 @@ class ModelDims(_message.Message):
     def __init__(self, n_mels: _Optional[int] = ..., n_audio_ctx: _Optional[int] = ..., n_audio_state: _Optional[int] = ..., n_audio_head: _Optional[int] = ..., n_audio_layer: _Optional[int] = ..., n_vocab: _Optional[int] = ..., n_text_ctx: _Optional[int] = ..., n_text_state: _Optional[int] = ..., n_text_head: _Optional[int] = ..., n_text_layer: _Optional[int] = ...) -> None: ...
 
 class ServerLimits(_message.Message):
-    __slots__ = ("max_audio_seconds", "max_receive_message_bytes", "max_send_message_bytes", "workers", "max_queue", "max_live_seconds", "live_idle_timeout_seconds", "max_live_streams", "live_lag_target_seconds")
+    __slots__ = ("max_audio_seconds", "max_receive_message_bytes", "max_send_message_bytes", "workers", "max_queue", "max_live_seconds", "live_idle_timeout_seconds", "max_live_streams", "live_lag_target_seconds", "live_compute")
     MAX_AUDIO_SECONDS_FIELD_NUMBER: _ClassVar[int]
     MAX_RECEIVE_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_SEND_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -170,6 +170,7 @@ class ServerLimits(_message.Message):
     LIVE_IDLE_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     MAX_LIVE_STREAMS_FIELD_NUMBER: _ClassVar[int]
     LIVE_LAG_TARGET_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    LIVE_COMPUTE_FIELD_NUMBER: _ClassVar[int]
     max_audio_seconds: float
     max_receive_message_bytes: int
     max_send_message_bytes: int
@@ -179,7 +180,8 @@ class ServerLimits(_message.Message):
     live_idle_timeout_seconds: float
     max_live_streams: int
     live_lag_target_seconds: float
-    def __init__(self, max_audio_seconds: _Optional[float] = ..., max_receive_message_bytes: _Optional[int] = ..., max_send_message_bytes: _Optional[int] = ..., workers: _Optional[int] = ..., max_queue: _Optional[int] = ..., max_live_seconds: _Optional[float] = ..., live_idle_timeout_seconds: _Optional[float] = ..., max_live_streams: _Optional[int] = ..., live_lag_target_seconds: _Optional[float] = ...) -> None: ...
+    live_compute: str
+    def __init__(self, max_audio_seconds: _Optional[float] = ..., max_receive_message_bytes: _Optional[int] = ..., max_send_message_bytes: _Optional[int] = ..., workers: _Optional[int] = ..., max_queue: _Optional[int] = ..., max_live_seconds: _Optional[float] = ..., live_idle_timeout_seconds: _Optional[float] = ..., max_live_streams: _Optional[int] = ..., live_lag_target_seconds: _Optional[float] = ..., live_compute: _Optional[str] = ...) -> None: ...
 
 class AttentionHead(_message.Message):
     __slots__ = ("layer", "head")
