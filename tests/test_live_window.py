@@ -242,3 +242,19 @@ def test_pause_in_finds_the_middle_of_the_first_pause_after_a_word() -> None:
     assert pause_in(audio, 0, round(2.0 * SAMPLE_RATE)) is None  # begins after `last`
     assert pause_in(audio, round(2.2 * SAMPLE_RATE), len(audio)) == round(2.4 * SAMPLE_RATE)
     assert pause_in(np.concatenate([speech, speech]), 0, 2 * SAMPLE_RATE) is None  # no quiet
+
+
+def test_a_finish_over_silence_keeps_the_last_decode(jfk: np.ndarray) -> None:
+    """The audio since the last decode is quiet (a satellite's trailing silence): the finish
+    commits that decode's hypothesis without decoding again; speech since: it decodes."""
+    pipe = pipeline("tiny.en")
+    quiet = np.zeros(SAMPLE_RATE // 5, np.float32)  # [0.2 s]: less than a step's worth
+    for tail, decodes in ((quiet, 0), (jfk[-SAMPLE_RATE // 5 :], 1)):
+        live = LiveTranscriber(pipe.context, pipe.alignment_heads, LiveOptions())
+        finals = [r for r in live.feed(jfk[: -SAMPLE_RATE // 5]) if r.is_final]
+        finals += live.feed(tail)  # under min_step: no step
+        steps = live.stats.steps
+        finals += live.finish()
+        assert live.stats.steps - steps == decodes
+        text = "".join(r.text for r in finals).lower()
+        assert "ask what you can do for your country" in text, text

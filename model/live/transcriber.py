@@ -42,10 +42,12 @@ from xattn.model.decode.decoding import DecodeOptions, LogitRules, decode_window
 from xattn.model.decode.results import FRAMES_PER_SECOND, WordTiming
 from xattn.model.decode.step_batcher import encode, model_turn, model_work
 from xattn.model.live.policy import (
+    FRAME,
     commit_count,
     echoes,
     monotonic_count,
     pause_in,
+    quiet_frames,
     repeat_count,
     stalled,
     voiced_after,
@@ -120,7 +122,7 @@ class LiveResult:
 class LiveStats:
     """What the decodes cost so far (wall-clock seconds on the calling thread)."""
 
-    steps: int = 0  # decodes run (each re-encodes the buffer)
+    steps: int = 0  # decodes run (each re-encodes the buffer; a finish over silence reuses one)
     encode_seconds: float = 0.0  # log-mel and encoder passes
     step_seconds: float = 0.0  # whole steps: encode, decode, word alignment
     skipped_steps: int = 0  # vad, gate_db: decodes that new audio would have run in silence
@@ -140,6 +142,7 @@ class LiveTranscriber:
         self.prompt: list[int] = []  # committed before the buffer
         self.committed: list[LiveToken] = []  # committed inside the buffer
         self.previous: list[int] = []  # the last decode's uncommitted hypothesis
+        self._rest: list[LiveToken] | None = None  # ... its tokens; None: no decode of the buffer
         self.decoded_at = 0  # samples received at the last decode
         self.language = options.language or (None if ctx.tokenizer.multilingual else "en")
         self._detect = self.language is None  # detect it again each step until DETECT_AFTER s
@@ -237,7 +240,7 @@ class LiveTranscriber:
     def _after_utterance(self) -> None:
         """Everything is final: the text moves to the prompt, the buffer keeps PRE_ROLL s."""
         self.prompt.extend(t.id for t in self.committed)
-        self.committed, self.previous, self._heard = [], [], False
+        self.committed, self.previous, self._rest, self._heard = [], [], None, False
         keep = self.samples - int(PRE_ROLL * SAMPLE_RATE)
         self.offset = min(self.samples, max(self.offset, keep))
         self.audio = self.audio[self.offset - self.base :]
@@ -246,17 +249,20 @@ class LiveTranscriber:
     def _timed(self, final: bool) -> list[LiveResult]:
         t0 = time.perf_counter()
         results = list(self._step(final))
-        self.stats.steps += 1
         self.stats.step_seconds += time.perf_counter() - t0
         return results
 
     def _step(self, final: bool) -> Iterator[LiveResult]:
-        self.decoded_at = self.samples
-        hypothesis = self._decode()
-        hypothesis = hypothesis[: monotonic_count(hypothesis, self.options.max_jump)]
-        hypothesis = hypothesis[
-            : repeat_count([t.id for t in hypothesis], self.options.max_repeats)
-        ]
+        if final and self._rest is not None and self._settled():
+            hypothesis = self._rest  # what came since the last decode is quiet: it stands
+        else:
+            self.decoded_at = self.samples
+            self.stats.steps += 1
+            hypothesis = self._decode()
+            hypothesis = hypothesis[: monotonic_count(hypothesis, self.options.max_jump)]
+            hypothesis = hypothesis[
+                : repeat_count([t.id for t in hypothesis], self.options.max_repeats)
+            ]
         if final:  # tokens after the last one looking into the audio guess about the padding
             heard = [i for i, t in enumerate(hypothesis) if t.peak_time <= self.received + 0.1]
             hypothesis = hypothesis[: heard[-1] + 1] if heard else []
@@ -276,11 +282,20 @@ class LiveTranscriber:
                 buffer_offset=self.offset / SAMPLE_RATE,
                 audio_seconds=self.received,
             )
-        self.previous = [t.id for t in rest]
+        self.previous, self._rest = [t.id for t in rest], rest
         if stall is not None or (
             not final and (self.samples - self.offset) / SAMPLE_RATE > self.options.max_buffer
         ):
             self._slide(stall)
+
+    def _settled(self) -> bool:
+        """Whether the audio since the last decode is quiet (policy.quiet_frames over the
+        buffer, every whole frame of it): decoding it again would read the same words (the
+        silence a satellite sends before audio-stop)."""
+        buffer = self.audio[self.offset - self.base :]
+        quiet = quiet_frames(buffer)
+        first = -(-(self.decoded_at - self.offset) // FRAME)  # the first whole frame after it
+        return quiet is not None and bool(quiet[first:].all())
 
     def _stalled(self, hypothesis: list[LiveToken], n: int) -> int | None:
         """policy.stalled for this step (`n` tokens of `hypothesis` are about to be
@@ -445,5 +460,4 @@ class LiveTranscriber:
         self.audio = self.audio[self.offset - self.base :]  # the rest is never read again
         self.base = self.offset
         self.prompt.extend(t.id for t in self.committed)
-        self.committed = []
-        self.previous = []
+        self.committed, self.previous, self._rest = [], [], None
