@@ -17,7 +17,7 @@ from xattn.model.audio.features import N_FRAMES, decode_audio, log_mel_spectrogr
 from xattn.model.decode.decoding import DecodeOptions
 from xattn.model.decode.results import TokenEvent, Transcript
 from xattn.model.net.logits import int8_supported
-from xattn.model.net.quantized import Int8Linear
+from xattn.model.net.quantized import Int8Linear, has_vnni
 from xattn.model.pipeline import (
     ALIASES,
     APPROXIMATE,
@@ -65,6 +65,9 @@ def test_int8_encoder_transcribes_jfk_as_fp32_with_rows(compute: str, jfk_path: 
         assert t.attention is not None and t.attention.dtype == np.float32
         assert t.attention.shape == (d.n_text_layer, d.n_text_head, d.n_audio_ctx)
         assert np.allclose(t.attention.sum(-1), 1.0, atol=1e-4)
+    if not has_vnni():  # 7-bit activations (fbgemm's int16 sums): more error, held to words
+        assert words_of(transcript.text) == words_of(exact.text)
+        return
     assert transcript.text == exact.text
     ts = pipeline(compute).tokenizer.timestamp_begin
     text_ids = [[t.id for t in got if t.id < ts] for got in (tokens, exact_tokens)]
@@ -103,9 +106,15 @@ def test_int8_maps_share_the_weights_and_leave_fp32_untouched(jfk_path: Path) ->
     assert 0 < error < 0.2, error
 
 
+def words_of(text: str) -> list[str]:
+    return "".join(c for c in text.lower() if c.isalnum() or c.isspace()).split()
+
+
 @needs_fbgemm
 @pytest.mark.parametrize("reduce_range", [False, True])
 def test_int8_linear_is_the_product_within_its_rounding(reduce_range: bool) -> None:
+    if not reduce_range and not has_vnni():
+        pytest.skip("8-bit activations need VNNI (without it fbgemm's int16 sums saturate)")
     gen = torch.Generator().manual_seed(0)
     linear = torch.nn.Linear(384, 1536)
     x = torch.randn(2, 1500, 384, generator=gen)

@@ -215,13 +215,16 @@ class LiveSession:
         return audio[:n]
 
     def _last(self, live: LiveTranscriber) -> bool:
-        """Whether the pending audio is the stream's last and the finish takes it (half-closed,
-        no vad, and it fits the window): no step of its own."""
+        """Whether the pending audio is the stream's last and the finish takes it: half-closed,
+        no vad, and at most MIN_FEED_SECONDS (what came during the step that ran when the
+        stream ended: no step of its own; more, from a client that sends faster than the steps
+        run, gets its steps) that fit the window."""
         if not self._ended or live.vad is not None:
             return False
         with self._lock:
             pending = sum(len(a) for a in self._pending) / SAMPLE_RATE
-        return pending <= WINDOW_SECONDS - (live.samples - live.offset) / SAMPLE_RATE
+        room = WINDOW_SECONDS - (live.samples - live.offset) / SAMPLE_RATE
+        return pending <= min(MIN_FEED_SECONDS, room)
 
     def _need(self, live: LiveTranscriber) -> float:
         """What orders a round's steps: the policy's urgency (audio it has not decoded, and
