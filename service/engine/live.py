@@ -141,6 +141,11 @@ class _Shaped:
         return out
 
 
+def _room(live: LiveTranscriber) -> float:
+    """Seconds one feed may still add to the policy's buffer (WINDOW_SECONDS in all)."""
+    return WINDOW_SECONDS - (live.samples - live.offset) / SAMPLE_RATE
+
+
 class LiveSession:
     """One StreamingRecognize call: `async for response in session.responses(): ...`."""
 
@@ -209,8 +214,7 @@ class LiveSession:
         by the step (on the live pool) once its turn on the model thread has come."""
         with self._lock:
             audio = np.concatenate(self._pending) if self._pending else np.zeros(0, np.float32)
-            room = WINDOW_SECONDS - (live.samples - live.offset) / SAMPLE_RATE
-            n = int(max(MIN_FEED_SECONDS, room) * SAMPLE_RATE)
+            n = int(max(MIN_FEED_SECONDS, _room(live)) * SAMPLE_RATE)
             self._pending = [audio[n:]] if len(audio) > n else []
         return audio[:n]
 
@@ -221,17 +225,16 @@ class LiveSession:
         run, gets its steps) that fit the window."""
         if not self._ended or live.vad is not None:
             return False
+        return self._pending_seconds() <= min(MIN_FEED_SECONDS, _room(live))
+
+    def _pending_seconds(self) -> float:
         with self._lock:
-            pending = sum(len(a) for a in self._pending) / SAMPLE_RATE
-        room = WINDOW_SECONDS - (live.samples - live.offset) / SAMPLE_RATE
-        return pending <= min(MIN_FEED_SECONDS, room)
+            return sum(len(a) for a in self._pending) / SAMPLE_RATE
 
     def _need(self, live: LiveTranscriber) -> float:
         """What orders a round's steps: the policy's urgency (audio it has not decoded, and
         whether words wait undecided) plus the audio still pending here."""
-        with self._lock:
-            pending = sum(len(a) for a in self._pending)
-        return live.urgency + pending / SAMPLE_RATE
+        return live.urgency + self._pending_seconds()
 
     async def _run(self, step: Callable[[], Steps], live: LiveTranscriber) -> Steps:
         """One step in the next round of the model's live steps (live_rounds)."""
