@@ -46,7 +46,7 @@ lint: $(STAMP)
 
 test: lint $(FUSED)
 	@rm -f $(PYTEST_EXIT)
-	$(PY) -m pytest -q $(PYTEST_ARGS) || { rc=$$?; echo $$rc > $(PYTEST_EXIT); exit $$rc; }
+	$(PY) -m pytest -q --durations=30 $(PYTEST_ARGS) || { rc=$$?; echo $$rc > $(PYTEST_EXIT); exit $$rc; }
 
 # The fuzz tests for longer than CI runs them (tests/test_fuzz.py; counts in the summary).
 fuzz: $(STAMP)
