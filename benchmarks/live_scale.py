@@ -46,6 +46,7 @@ from benchmarks.streaming import RATE, reference_words
 from benchmarks.wer import EVAL, Clip, clips
 from benchmarks.workers import Workers
 from xattn.clients.api import connect
+from xattn.model.live.window import WINDOWS
 from xattn.model.pipeline import LIVE_COMPUTES, resolve_live_precision
 from xattn.service.background import BackgroundServer
 from xattn.service.server import ServerConfig
@@ -144,6 +145,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--live-compute", default="auto", choices=LIVE_COMPUTES, help="the server's (auto)"
     )
+    parser.add_argument(
+        "--live-window", default="whole", choices=WINDOWS, help="the server's (whole)"
+    )
     parser.add_argument("--raw", type=Path, help="also write every stream's words here (JSON)")
     parser.add_argument(
         "--max-live-streams", type=int, default=0, help="the server's (0, its default: measured)"
@@ -173,6 +177,7 @@ def run_ours(
         model=args.model,
         max_live_streams=args.max_live_streams,
         live_compute=args.live_compute,
+        live_window=args.live_window,
     )
     encoder = Encoder(side)
     encoder.probe(3)
@@ -244,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": about["model"],
         "compute": about["compute"],
         "live compute": f"{args.live_compute}: {precision or 'as the compute'}",
+        "live window": args.live_window,
         "server": f"ServerConfig() but its ports: live_workers {about['live workers']}",
         "max live streams": about["max live streams"],
         "max live streams given": args.max_live_streams or "no (measured)",

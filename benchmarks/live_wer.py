@@ -51,7 +51,7 @@ LEVERS: dict[str, dict[str, object]] = {
         "max_repeats": None,
     },
 }
-DEFAULT_LEVERS = ("full", "full+cuts", "margin-1", "margin-2", "margin-3")
+DEFAULT_LEVERS = ("full", "margin-2", "margin-2-nocuts")
 GENERATED = (  # (text, voice, words a minute, pause after s, noise level)
     ("The meeting starts at nine, so please bring the quarterly report.", "en-us", 160, 1.5, 0),
     ("Turn left at the second light and park behind the old library.", "en-gb", 150, 0.8, 0.01),

@@ -15,6 +15,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
+from xattn.model.live.window import WINDOWS
 from xattn.model.pipeline import COMPUTE_CHOICES, LIVE_COMPUTES, compute_help
 from xattn.service import logs
 from xattn.service.engine.tokens import SecurityConfigError, read_tokens
@@ -186,6 +187,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "is fp32; else as --compute)",
     )
     flag(
+        "live-window",
+        str,
+        DEFAULTS.live_window,
+        "what a live step encodes: whole (the 30 s window) or short (the audio buffered + 2 s, "
+        "at least 10 s, and the window's last second: APPROXIMATE, a step costs what its "
+        "audio needs; docs/live.md)",
+    )
+    flag(
         "decode-processes",
         int,
         DEFAULTS.decode_processes,
@@ -259,6 +268,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error(f"--compute must be one of {', '.join(COMPUTE_CHOICES)}")
     if args.live_compute not in LIVE_COMPUTES:
         parser.error(f"--live-compute must be one of {', '.join(LIVE_COMPUTES)}")
+    if args.live_window not in WINDOWS:
+        parser.error(f"--live-window must be one of {', '.join(WINDOWS)}")
     if args.decode_processes < 0:
         parser.error("--decode-processes must be >= 0")
     if min(args.header_timeout, args.idle_timeout, args.http_body_timeout) <= 0:
@@ -304,6 +315,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         live_lag_target=args.live_lag_target,
         max_live_streams=args.max_live_streams,
         live_compute=args.live_compute,
+        live_window=args.live_window,
         decode_processes=args.decode_processes,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,

@@ -27,6 +27,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from xattn.model.live.window import SHORT
 from xattn.model.pipeline import Pipeline, load_pipeline, resolve_live_precision
 from xattn.service import instruments
 from xattn.service.engine.engine import Engine, Limits
@@ -95,6 +96,9 @@ class ServerConfig:
     max_live_streams: int = 0  # live streams at once; 0: measured at start-up
     # the encoder of live steps (xattn.model.pipeline.LIVE_COMPUTES; resolve_live_precision)
     live_compute: str = "auto"
+    # what a live step encodes: "whole" (the 30 s window) or "short" (the buffer + 2 s, at
+    # least 10 s, and the window's last second: APPROXIMATE, cheaper; xattn.model.live.window)
+    live_window: str = "whole"
     live_max_seconds: float | None = None  # audio per live stream; None: max_audio_seconds,
     # at most LIVE_MAX_SECONDS
     decode_processes: int = 2  # encoded files decoded at once, in worker processes (0: here)
@@ -155,12 +159,19 @@ class Server:
             live_precision=resolve_live_precision(
                 config.live_compute, config.compute, config.device
             ),
+            live_margin=SHORT if config.live_window == "short" else None,
             decode_processes=config.decode_processes,
         )
         if limits.live_precision is not None:
             log.info(
                 "live steps encode in %s (--live-compute %s)",
                 *(limits.live_precision, config.live_compute),
+            )
+        if limits.live_margin is not None:
+            log.info(
+                "live steps encode short windows: the audio + %g s, at least 10 s, and the "
+                "window's last second (--live-window short)",
+                limits.live_margin,
             )
         self.engine = Engine(limits)
         self._own_tracer = tracer_provider is None and instruments.wanted()

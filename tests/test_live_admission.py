@@ -27,6 +27,7 @@ import pytest
 import torch
 import torchaudio.functional as AF
 from openai_ref import pipeline
+from wording import word_distance
 from wyoming_client import command
 
 from xattn.model.audio.features import decode_audio
@@ -84,6 +85,37 @@ def test_measured_capacity_in_model_info() -> None:
     assert info.limits.live_lag_target_seconds == 1.0
     assert info.models[0].limits.max_live_streams == info.limits.max_live_streams
     assert info.limits.live_compute == info.models[0].limits.live_compute == "int8"
+
+
+def test_a_short_live_window_is_measured_and_served(jfk_path: Path) -> None:
+    """--live-window short: the live steps' defaults and the start-up step that sizes the
+    capacity encode short windows, and a stream reads jfk through them within a word of the
+    offline text."""
+    assert config_from_args(parse_args(["--live-window", "short"])).live_window == "short"
+    assert config_from_args(parse_args([])).live_window == "whole"
+    with pytest.raises(SystemExit):
+        parse_args(["--live-window", "half"])
+    pcm = (decode_audio(jfk_path) * 32767).astype("<i2").tobytes()
+    config = ServerConfig(port=0, live_window="short")
+    with BackgroundServer(config, pipeline("tiny.en")) as server:
+        assert server.engine.limits.live_margin == 2.0
+        assert all(m.admission.step_seconds > 0 for m in server.engine._models.values())
+        with grpc.insecure_channel(server.address) as channel:
+            stub = Stub(channel)
+            offline = stub.Transcribe(
+                pb.TranscribeRequest(audio=pb.Audio(encoded=jfk_path.read_bytes()))
+            )
+            first = pb.StreamingRecognizeRequest(
+                config=pb.StreamingRecognitionConfig(
+                    encoding=pb.PCM_ENCODING_INT16, sample_rate=16000
+                )
+            )
+            chunks = [pcm[at : at + 32000] for at in range(0, len(pcm), 32000)]  # 1 s each
+            requests = [first, *(pb.StreamingRecognizeRequest(audio_content=c) for c in chunks)]
+            responses = list(stub.StreamingRecognize(iter(requests), timeout=120))
+    done = responses[-1].done
+    assert done.audio_seconds == pytest.approx(11.0, abs=0.01) and done.decode_steps >= 2
+    assert word_distance(done.text, offline.transcript.text) <= 1, done.text
 
 
 @pytest.fixture(scope="module")

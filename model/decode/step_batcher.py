@@ -74,14 +74,20 @@ def _at_once(fn: Callable[..., T], *args: object) -> T:
 
 
 def encode_window(
-    model: Whisper, mel: Tensor, frames: int = N_FRAMES, precision: str | None = None
+    model: Whisper,
+    mel: Tensor,
+    frames: int = N_FRAMES,
+    precision: str | None = None,
+    tail: int = 0,
 ) -> tuple[Tensor, KVCache]:
-    """A window's encoder output [1, frames / 2, d] from its mel [1, n_mels, <= frames]
+    """A window's encoder output [1, frames / 2 + tail, d] from its mel [1, n_mels, <= frames]
     (zero-padded here, on the model thread: the copy is a parallel op), and its KV cache with
     the cross-attention K/V computed (once per window). `frames` < 3000: the window's first
-    frames alone (a live step over a short buffer, AudioEncoder.forward). `precision`: the
-    encoder's for this window (AudioEncoder.PRECISIONS; None: the model's compute)."""
-    features = model.encoder(pad_or_trim(mel, frames), precision)  # [1, frames / 2, d]
+    frames alone (a live step over a short buffer, AudioEncoder.forward), and `tail` encoder
+    frames of padding at the window's last positions. `precision`: the encoder's for this
+    window (AudioEncoder.PRECISIONS; None: the model's compute)."""
+    mel = pad_or_trim(mel, frames + 2 * tail)  # [1, n_mels, frames + 2 tail]
+    features = model.encoder(mel, precision, tail)  # [1, frames / 2 + tail, d]
     return features, model.new_cache(features)
 
 
@@ -91,11 +97,12 @@ def encode(
     mel: Tensor,
     frames: int = N_FRAMES,
     precision: str | None = None,
+    tail: int = 0,
 ) -> tuple[Tensor, KVCache]:
     """`encode_window`, through the batcher when there is one (StepBatcher.encode)."""
     if batcher is not None:
-        return batcher.encode(mel, frames, precision)
-    return encode_window(model, mel, frames, precision)
+        return batcher.encode(mel, frames, precision, tail)
+    return encode_window(model, mel, frames, precision, tail)
 
 
 # a step's finish: (the state [d] before the final LayerNorm, its logits [n_vocab] when asked
@@ -174,7 +181,7 @@ class StepBatcher:
         self.batch_encoder = model.device.type != "cpu" if batch_encoder is None else batch_encoder
         # windows waiting for the encoder: mel, (frames, precision), future (each encode
         # submits a call, so windows of another shape than a call's are taken by a later one)
-        self._encodes: list[tuple[Tensor, tuple[int, str | None], Future]] = []
+        self._encodes: list[tuple[Tensor, tuple[int, str | None, int], Future]] = []
         model.decoder.pack()  # now, not on the first batched step: oneDNN's weight layout
         self.max_batch = max_batch
         self.linger = linger
@@ -230,17 +237,16 @@ class StepBatcher:
             yield
 
     def encode(
-        self, mel: Tensor, frames: int = N_FRAMES, precision: str | None = None
+        self, mel: Tensor, frames: int = N_FRAMES, precision: str | None = None, tail: int = 0
     ) -> tuple[Tensor, KVCache]:
-        """A window's encoder output [1, frames / 2, d] and its K/V cache (the cross-attention
-        K/V computed) from its mel [1, n_mels, <= frames] (padded there), on the model thread,
-        at `precision` (None: the model's); with `batch_encoder`, together with the other
-        windows of as many frames and the same precision waiting for it then."""
+        """`encode_window` on the model thread: a window's encoder output and its K/V cache;
+        with `batch_encoder`, together with the other windows of the same shape and
+        precision waiting for it then."""
         if not self.batch_encoder:
-            return self.call(self._encode_one, mel, frames, precision)
+            return self.call(self._encode_one, mel, frames, precision, tail)
         future: Future[tuple[Tensor, KVCache]] = Future()
         with self._cond:
-            self._encodes.append((mel, (frames, precision), future))
+            self._encodes.append((mel, (frames, precision, tail), future))
         if isinstance(self._thread, CallerThread) and self._thread.owned():
             self._encode_waiting()  # the model thread's own window, and any waiting beside it
         else:
@@ -248,11 +254,11 @@ class StepBatcher:
         return future.result()
 
     def _encode_one(
-        self, mel: Tensor, frames: int, precision: str | None
+        self, mel: Tensor, frames: int, precision: str | None, tail: int
     ) -> tuple[Tensor, KVCache]:
         """On the model thread: one window's `encode_window`, told to the observer."""
         t0 = time.perf_counter()
-        out = encode_window(self.model, mel, frames, precision)
+        out = encode_window(self.model, mel, frames, precision, tail)
         if self.observer is not None:
             self.observer.encoded(1, time.perf_counter() - t0)
         return out
@@ -260,7 +266,7 @@ class StepBatcher:
     def _encode_waiting(self) -> None:
         """On the model thread: the windows waiting for the encoder, in one call."""
         with self._cond:  # the first waiting window's shape, and those of the same shape
-            shape = self._encodes[0][1] if self._encodes else (N_FRAMES, None)
+            shape = self._encodes[0][1] if self._encodes else (N_FRAMES, None, 0)
             same = [e for e in self._encodes if e[1] == shape][: self.max_batch]
             self._encodes = [e for e in self._encodes if all(e is not x for x in same)]
         waiting = [(mel, future) for mel, _, future in same]
@@ -269,10 +275,11 @@ class StepBatcher:
         t0 = time.perf_counter()
         try:
             with torch.inference_mode():
-                frames, precision = shape
-                padded = [pad_or_trim(mel, frames) for mel, _ in waiting]  # [1, n_mels, F]
+                frames, precision, tail = shape
+                width = frames + 2 * tail  # F
+                padded = [pad_or_trim(mel, width) for mel, _ in waiting]  # [1, n_mels, F]
                 mels = torch.cat(padded)  # [B, n_mels, F]
-                features = self.model.encoder(mels, precision)  # [B, F / 2, d]
+                features = self.model.encoder(mels, precision, tail)  # [B, F / 2, d]
                 cross = self.model.decoder.cross_kv(features)
             n_ctx = self.model.dims.n_text_ctx
             self.stats.encoder_calls += 1

@@ -2,8 +2,9 @@
 
 The policy (AlignAtt with local agreement), run each time `feed` brings new audio:
 1. The buffer (audio since `buffer_offset`, at most `max_buffer` s) is encoded as one 30 s
-   window, or with `encode_margin` its first buffer + margin seconds alone
-   (xattn.model.live.window). Whisper's encoder cannot run on the new audio alone: every
+   window, or with `encode_margin` as its front (buffer + margin seconds, at least 10) and
+   its last second alone (xattn.model.live.window): a step then costs what its buffer needs.
+   Whisper's encoder cannot run on the new audio alone: every
    frame attends to every other, positions are absolute and the log-mel is normalised by the
    buffer's maximum, so a new sample changes every frame.
 2. The decoder continues after the text already committed in this buffer (forced as a
@@ -53,7 +54,7 @@ from xattn.model.live.policy import (
     voiced_after,
 )
 from xattn.model.live.vad_stream import BEGIN, END, END_OF_UTTERANCE, SpeechEvent, StreamingVad
-from xattn.model.live.window import full_rows, kept_frames, window_mel
+from xattn.model.live.window import full_rows, kept_frames, tail_frames, window_frame, window_mel
 from xattn.model.transcribe.alignment import find_alignment, token_probabilities
 from xattn.model.transcribe.sequential import Context
 
@@ -73,7 +74,8 @@ class LiveOptions:
     vad: VadOptions | None = None  # skip decodes while nobody speaks (xattn.model.live.vad_stream)
     single_utterance: bool = False  # with vad: over after the first speech ends
     # seconds of margin after the buffer's audio that a step encodes (rounded up to whole
-    # seconds; xattn.model.live.window); None: the whole 30 s window
+    # seconds, at least 10 s, with the window's last second; xattn.model.live.window); None:
+    # the whole 30 s window
     encode_margin: float | None = None
     # no step while the new audio's RMS is below this (dB of full scale) and the last step
     # left nothing undecided; None: a step on every min_step of audio
@@ -328,12 +330,14 @@ class LiveTranscriber:
         buffer = self.audio[self.offset - self.base :]
         mel, content = run(window_mel, buffer, model.dims.n_mels)  # [1, n_mels, 3000]
         frames = kept_frames(content, self.options.encode_margin)
-        mel = mel[..., :frames].to(model.device)  # [1, n_mels, F]
-        features, cache = encode(  # [1, F / 2, d]
-            ctx.batcher, model, mel, frames, self.options.precision
+        tail = tail_frames(frames)
+        mel = mel[..., :frames].to(model.device)  # [1, n_mels, frames]
+        features, cache = encode(  # [1, F, d]: F = frames / 2 + tail
+            ctx.batcher, model, mel, frames, self.options.precision, tail
         )
+        encoded = features.shape[1]
         self.stats.encode_seconds += time.perf_counter() - t0
-        self.stats.encoder_frames += frames // 2
+        self.stats.encoder_frames += encoded
         if self._detect:  # on the first second or two of audio, detection is a guess
             self.language, _ = run(detect_language, model, features, tok)
             self._detect = self.received < DETECT_AFTER and not (self.committed or self.prompt)
@@ -372,9 +376,10 @@ class LiveTranscriber:
             if step.token == tok.eot:
                 self._ended = True
                 continue
-            row = step.attention[self.heads[:, 0], self.heads[:, 1]].mean(0)  # [F / 2]
-            peak = (self.offset / SAMPLE_RATE) + float(row.argmax()) / FRAMES_PER_SECOND
-            keep = full_rows(step.attention) if self.options.return_attention else None
+            row = step.attention[self.heads[:, 0], self.heads[:, 1]].mean(0)  # [F]
+            frame = window_frame(int(row.argmax()), encoded, tail)
+            peak = (self.offset / SAMPLE_RATE) + frame / FRAMES_PER_SECOND
+            keep = full_rows(step.attention, tail) if self.options.return_attention else None
             text = tok.token_text(step.token)
             tokens.append(LiveToken(step.token, text, step.logprob, peak, keep))
             ids = [t.id for t in tokens[-3 * 12 :]]  # a loop ends with the newest token

@@ -4,8 +4,14 @@ With `encode_margin` (LiveOptions) a step encodes only the buffer's frames plus 
 rounded up to whole seconds so that shapes repeat (whisper.cpp's audio_ctx): the log-mel is
 computed as for the whole window (normalised by the same maximum, so the kept frames' values
 are today's), then cut; the encoder runs over those frames alone (AudioEncoder.forward), about
-30 / (buffer + margin) times fewer frames each attending to as many fewer. The decoder's rows
-cover the frames encoded; `full_rows` pads them with zeros to the window's 1,500.
+30 / (buffer + margin) times fewer frames each attending to as many fewer.
+
+A short window also encodes TAIL seconds of padding at the window's last positions. There the
+decoder looks when a token reads no audio (punctuation, the end of text): without them the
+look lands on an early frame of the audio, and a word's inner tokens with it (tiny.en read
+"Hester" with 'ester' peaking at 0.24 s, 1.7 s before its sound), which the live policy takes
+for a loop back over heard audio. The decoder's rows cover the frames encoded; `window_frame`
+places a row's index in the window, and `full_rows` the rows, zero-padded to its 1,500.
 """
 
 from __future__ import annotations
@@ -19,6 +25,13 @@ from xattn.model.audio.features import N_FRAMES, N_SAMPLES, log_mel_spectrogram,
 
 MEL_PER_SECOND = 100  # log-mel frames a second (10 ms hop); two make an encoder frame
 GRID = 1.0  # seconds: a short window's length is rounded up to a whole number of these
+# seconds: a short window is never shorter (Whisper, trained on 30 s windows, reads a few
+# seconds' window less surely: base looped on "Remember" and read "Turn left at" as Welsh)
+SHORTEST = 10.0
+TAIL = 1.0  # seconds of the window's end a short window encodes too
+SHORT = 2.0  # seconds: the encode_margin of the server's short live window (--live-window)
+WINDOWS = ("whole", "short")  # the server's --live-window choices
+WIDTH = N_FRAMES // 2  # a whole window's encoder frames
 
 
 def window_mel(buffer: np.ndarray, n_mels: int) -> tuple[torch.Tensor, int]:
@@ -31,18 +44,37 @@ def window_mel(buffer: np.ndarray, n_mels: int) -> tuple[torch.Tensor, int]:
 
 
 def kept_frames(content: int, margin: float | None) -> int:
-    """Log-mel frames a step encodes for `content` frames of audio: the whole window (3000)
-    without a margin, else content + margin seconds rounded up to GRID (even, <= 3000)."""
+    """Log-mel frames a step encodes from the window's front for `content` frames of audio:
+    the whole window (3000) without a margin, else content + margin seconds rounded up to
+    GRID, at least SHORTEST seconds (even, <= 3000)."""
     if margin is None:
         return N_FRAMES
     grid = round(GRID * MEL_PER_SECOND)
     wanted = content + round(margin * MEL_PER_SECOND)
-    return max(grid, min(N_FRAMES, math.ceil(wanted / grid) * grid))
+    shortest = round(SHORTEST * MEL_PER_SECOND)
+    return max(shortest, min(N_FRAMES, math.ceil(wanted / grid) * grid))
 
 
-def full_rows(attention: np.ndarray, width: int = N_FRAMES // 2) -> np.ndarray:
-    """Attention rows [..., frames] zero-padded to [..., width] (the window's 1,500 frames)."""
-    missing = width - attention.shape[-1]
+def tail_frames(frames: int) -> int:
+    """Encoder frames at the window's end that a step of `frames` log-mel frames from its
+    front encodes too: TAIL seconds, none for a whole window (the sum stays <= 1,500)."""
+    return min(round(TAIL * MEL_PER_SECOND) // 2, WIDTH - frames // 2)
+
+
+def window_frame(index: int, encoded: int, tail: int) -> int:
+    """The window's frame of column `index` of a row over `encoded` frames whose last `tail`
+    sit at the window's end."""
+    return index if index < encoded - tail else index + WIDTH - encoded
+
+
+def full_rows(attention: np.ndarray, tail: int = 0) -> np.ndarray:
+    """Attention rows [..., frames] (the last `tail` at the window's end) as the window's
+    [..., 1500], zero where nothing was encoded."""
+    missing = WIDTH - attention.shape[-1]
     if missing <= 0:
         return attention
-    return np.pad(attention, [(0, 0)] * (attention.ndim - 1) + [(0, missing)])
+    front = attention.shape[-1] - tail
+    out = np.zeros((*attention.shape[:-1], WIDTH), dtype=attention.dtype)  # [..., 1500]
+    out[..., :front] = attention[..., :front]
+    out[..., WIDTH - tail :] = attention[..., front:]
+    return out

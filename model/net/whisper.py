@@ -243,15 +243,19 @@ class AudioEncoder(nn.Module):
             self._int8 = int8_blocks(self.blocks)
         return self._int8
 
-    def forward(self, mel: Tensor, precision: str | None = None) -> Tensor:
+    def forward(self, mel: Tensor, precision: str | None = None, tail: int = 0) -> Tensor:
         """Features [B, n, d] (fp32) of mel [B, n_mels, 2n] (n <= 1500: a whole window's 3000
-        frames, or its first 2n, whisper.cpp's audio_ctx, for live steps over a short
-        buffer), at `precision` (one of PRECISIONS; default: self.precision). The first n
-        positions are those of a whole window: frames attend to n frames instead of 1500."""
+        frames, or fewer, whisper.cpp's audio_ctx, for live steps over a short buffer), at
+        `precision` (one of PRECISIONS; default: self.precision). Frames sit at a whole
+        window's positions: the first n - `tail` at its first, the last `tail` at its last
+        (a short window's end, where the decoder looks when a token reads no audio); frames
+        attend to n frames instead of 1500."""
         precision = precision or self.precision
         n = mel.shape[-1] // 2
         if mel.shape[-1] != 2 * n or not 0 < n <= len(self.positional_embedding):
             raise ValueError(f"mel of {mel.shape[-1]} frames: an even count up to 3000")
+        if not 0 <= tail < n:
+            raise ValueError(f"a tail of {tail} frames in a window of {n}")
         dtype = mel.dtype
         context = contextlib.nullcontext()
         if precision == "bf16":
@@ -264,7 +268,9 @@ class AudioEncoder(nn.Module):
             # strides, and every LayerNorm copies it (~12 ms, 3 % of a tiny.en window)
             x = x.transpose(1, 2).contiguous()  # [B, n, d]
             positions = self.positional_embedding  # [1500, d]
-            x = x + (positions if n == len(positions) else positions[:n]).to(x.dtype)  # [B, n, d]
+            if n < len(positions):  # [n, d]
+                positions = torch.cat([positions[: n - tail], positions[len(positions) - tail :]])
+            x = x + positions.to(x.dtype)  # [B, n, d]
             for block in blocks:
                 x, _ = block(x)
             return self.ln_post(x).to(dtype)  # [B, n, d]

@@ -75,6 +75,9 @@ class Limits:
     max_live_streams: int = 0  # live streams at once; 0: as measured (live_admission)
     # the encoder's precision in live steps (AudioEncoder.PRECISIONS; None: the model's compute)
     live_precision: str | None = None
+    # seconds of margin a live step's short window encodes (LiveOptions.encode_margin; None:
+    # the whole 30 s window)
+    live_margin: float | None = None
     # encoded files decoded at once, each in a worker process (xattn.service.engine.decoders); 0: on
     # the server's own threads, where a crash in FFmpeg or libsndfile ends the server
     decode_processes: int = 2
@@ -197,7 +200,10 @@ class Engine:
             log.info("warmed up %s in %.2f s", pipe.name, seconds)
         step = 0.0  # a live step timed: the live capacity (unless --max-live-streams)
         if warm_up and self.limits.max_live_streams <= 0:
-            step = await in_passing_thread(measure_step, pipe, self.limits.live_precision)
+            limits = self.limits
+            step = await in_passing_thread(
+                measure_step, pipe, limits.live_precision, limits.live_margin
+            )
         pipe = await in_passing_thread(self._batched, pipe)  # packs the weights
         self._add(pipe, seconds, step)
         return pipe

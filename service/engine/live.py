@@ -113,7 +113,7 @@ class LiveSettings:
 
 def live_settings(limits: Limits) -> LiveSettings:
     """The live settings of a server with these limits."""
-    defaults = LiveOptions(precision=limits.live_precision)
+    defaults = LiveOptions(precision=limits.live_precision, encode_margin=limits.live_margin)
     return LiveSettings(limits.live_idle_timeout, limits.max_live_seconds, defaults)
 
 
