@@ -142,7 +142,8 @@ def run_job(model: str, lever: str, chunk: float, limit: int | None, threads: in
 
     from xattn.model.decode.decoding import DecodeOptions
     from xattn.model.decode.results import Transcript
-    from xattn.model.live.transcriber import LiveOptions, LiveTranscriber
+    from xattn.model.live.transcriber import LiveTranscriber
+    from xattn.model.live.types import LiveOptions
     from xattn.model.pipeline import load_pipeline
 
     torch.set_num_threads(threads)
@@ -191,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads a process")
     results.add_arguments(parser)
     args = parser.parse_args(argv)
-    from xattn.model.live.transcriber import LiveOptions
+    from xattn.model.live.types import LiveOptions
 
     load_before = [round(x, 2) for x in os.getloadavg()]
     jobs = [(m, lv) for m in args.models for lv in ["offline", *args.levers]]

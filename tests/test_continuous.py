@@ -21,7 +21,8 @@ from conftest import native_threads
 from xattn.model.audio.features import decode_audio
 from xattn.model.decode.decoding import DecodeOptions
 from xattn.model.decode.results import TokenEvent, Transcript, WindowStart
-from xattn.model.live.transcriber import LiveOptions, LiveTranscriber
+from xattn.model.live.transcriber import LiveTranscriber
+from xattn.model.live.types import LiveOptions
 from xattn.model.pipeline import Pipeline, load_pipeline
 from xattn.model.transcribe.sequential import Event
 from xattn.service.engine import capacity

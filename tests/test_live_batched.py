@@ -13,7 +13,8 @@ from openai_ref import pipeline
 
 from xattn.model.audio.features import SAMPLE_RATE, decode_audio
 from xattn.model.decode.step_batcher import StepBatcher
-from xattn.model.live.transcriber import LiveOptions, LiveTranscriber
+from xattn.model.live.transcriber import LiveTranscriber
+from xattn.model.live.types import LiveOptions
 from xattn.model.pipeline import CpuCapability
 
 JFK = Path(__file__).resolve().parents[2] / "shared" / "audio" / "jfk.flac"

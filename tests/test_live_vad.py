@@ -17,7 +17,8 @@ from wording import word_distance
 
 from xattn.model.audio.features import decode_audio
 from xattn.model.audio.vad import SAMPLE_RATE, VadOptions, speech_probs, speech_spans
-from xattn.model.live.transcriber import LiveOptions, LiveResult, LiveTranscriber
+from xattn.model.live.transcriber import LiveTranscriber
+from xattn.model.live.types import LiveOptions, LiveResult
 from xattn.model.live.vad_stream import BEGIN, END, LIVE_VAD, SpeechEvent, StreamingVad
 from xattn.service.background import BackgroundServer
 from xattn.service.server import ServerConfig

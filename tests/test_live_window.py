@@ -21,7 +21,8 @@ from xattn.model.live.policy import (
     stalled,
     voiced_after,
 )
-from xattn.model.live.transcriber import LiveOptions, LiveToken, LiveTranscriber
+from xattn.model.live.transcriber import LiveTranscriber
+from xattn.model.live.types import LiveOptions, LiveToken
 from xattn.model.live.window import (
     full_rows,
     kept_frames,

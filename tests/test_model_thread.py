@@ -17,7 +17,8 @@ import pytest
 from xattn.model.audio.features import decode_audio
 from xattn.model.decode.model_thread import TurnThread
 from xattn.model.decode.step_batcher import StepBatcher
-from xattn.model.live.transcriber import LiveOptions, LiveTranscriber
+from xattn.model.live.transcriber import LiveTranscriber
+from xattn.model.live.types import LiveOptions
 from xattn.model.pipeline import load_pipeline
 
 WAIT = 60.0  # seconds any one event may take on a busy machine before the test fails

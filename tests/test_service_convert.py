@@ -8,7 +8,7 @@ import pytest
 from xattn.model.audio.features import AudioError, AudioTooLongError
 from xattn.model.decode.decoding import DEFAULT_TEMPERATURES, OptionsError
 from xattn.model.decode.results import TokenEvent, Transcript, WindowDiscarded, WindowStart
-from xattn.model.live.transcriber import LiveOptions
+from xattn.model.live.types import LiveOptions
 from xattn.model.net.dims import ModelDims
 from xattn.service.engine import convert
 from xattn.service.engine.rows import RowSpec, row_spec, unpack

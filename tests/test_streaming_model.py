@@ -14,7 +14,8 @@ from openai_ref import pipeline
 from wording import word_distance, words_of
 
 from xattn.model.audio.features import SAMPLE_RATE, decode_audio
-from xattn.model.live.transcriber import LiveOptions, LiveTranscriber
+from xattn.model.live.transcriber import LiveTranscriber
+from xattn.model.live.types import LiveOptions
 
 
 def feed(audio: np.ndarray, options: LiveOptions, chunk_s: float | list[float] = 0.5):

@@ -25,7 +25,7 @@ from xattn.model.decode.results import (
     WordTiming,
 )
 from xattn.model.decode.tokenizer import APPEND_PUNCTUATIONS, PREPEND_PUNCTUATIONS
-from xattn.model.live.transcriber import LiveOptions, LiveResult
+from xattn.model.live.types import LiveOptions, LiveResult
 from xattn.model.live.vad_stream import BEGIN, END, END_OF_UTTERANCE, LIVE_VAD, SpeechEvent
 from xattn.model.net.dims import ModelDims
 from xattn.model.pipeline import Pipeline, compute_note

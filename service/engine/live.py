@@ -39,7 +39,8 @@ from xattn.model.audio.features import (
     pcm_to_audio,
 )
 from xattn.model.decode.decoding import DecodeOptions, OptionsError
-from xattn.model.live.transcriber import LiveOptions, LiveResult, LiveTranscriber
+from xattn.model.live.transcriber import LiveTranscriber
+from xattn.model.live.types import LiveOptions, LiveResult
 from xattn.model.live.vad_stream import SpeechEvent
 from xattn.service.engine import convert
 from xattn.service.engine.engine import Engine, Limits, LiveSlot

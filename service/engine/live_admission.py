@@ -26,7 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from xattn.model.audio.features import SAMPLE_RATE, AudioError, decode_audio
-from xattn.model.live.transcriber import LiveOptions, LiveTranscriber
+from xattn.model.live.transcriber import LiveTranscriber
+from xattn.model.live.types import LiveOptions
 from xattn.model.pipeline import Pipeline
 
 log = logging.getLogger(__name__)
