@@ -10,7 +10,7 @@ from xattn.model.decode.decoding import DEFAULT_TEMPERATURES, OptionsError
 from xattn.model.decode.results import TokenEvent, Transcript, WindowDiscarded, WindowStart
 from xattn.model.live.types import LiveOptions
 from xattn.model.net.dims import ModelDims
-from xattn.service.engine import convert
+from xattn.service.engine import convert, convert_live
 from xattn.service.engine.rows import RowSpec, row_spec, unpack
 from xattn.v1 import transcriber_pb2 as pb
 
@@ -130,11 +130,11 @@ def test_discarded_attempts_leave_the_stacked_rows() -> None:
 def test_live_policy_over_the_defaults() -> None:
     defaults = LiveOptions(first_context=1.5)
     config = pb.StreamingRecognitionConfig(policy=pb.LivePolicy(commit_margin=0.5))
-    options = convert.live_options(config, defaults)
+    options = convert_live.live_options(config, defaults)
     assert (options.commit_margin, options.agreement, options.first_context) == (0.5, True, 1.5)
     config.policy.first_context = 0.0
-    assert convert.live_options(config, defaults).first_context == 0.0
+    assert convert_live.live_options(config, defaults).first_context == 0.0
     for bad in (-1.0, float("nan"), 1e9):
         config.policy.first_context = bad
         with pytest.raises(OptionsError, match="policy.first_context must be in 0..25 s"):
-            convert.live_options(config, defaults)
+            convert_live.live_options(config, defaults)

@@ -25,8 +25,6 @@ from xattn.model.decode.results import (
     WordTiming,
 )
 from xattn.model.decode.tokenizer import APPEND_PUNCTUATIONS, PREPEND_PUNCTUATIONS
-from xattn.model.live.types import LiveOptions, LiveResult
-from xattn.model.live.vad_stream import BEGIN, END, END_OF_UTTERANCE, LIVE_VAD, SpeechEvent
 from xattn.model.net.dims import ModelDims
 from xattn.model.pipeline import Pipeline, compute_note
 from xattn.service.engine.engine import Event, Limits, Timings
@@ -380,74 +378,3 @@ def model_info(
         alignment_frames_per_second=FRAMES_PER_SECOND,
         models=[one_model(p, limits, workers, live) for p in (pipelines or (pipe,))],
     )
-
-
-def live_options(config: pb.StreamingRecognitionConfig, defaults: LiveOptions) -> LiveOptions:
-    """The config's policy over the server's defaults (OptionsError for impossible values)."""
-    policy, limit = config.policy, defaults.max_buffer
-    margin, agreement, first = defaults.commit_margin, defaults.agreement, defaults.first_context
-    if policy.HasField("commit_margin"):
-        margin = _seconds(policy.commit_margin, "policy.commit_margin", limit)
-    if policy.HasField("agreement"):
-        agreement = policy.agreement
-    if policy.HasField("first_context"):
-        first = _seconds(policy.first_context, "policy.first_context", limit)
-    return dataclasses.replace(
-        defaults,
-        language=config.language or defaults.language,
-        commit_margin=margin,
-        agreement=agreement,
-        first_context=first,
-        return_attention=True,
-        vad=live_vad(config),
-        single_utterance=config.single_utterance,
-    )
-
-
-def _seconds(value: float, name: str, limit: float) -> float:
-    if not math.isfinite(value) or not 0 <= value <= limit:
-        raise OptionsError(f"{name} must be in 0..{limit:g} s, not {value}")
-    return value
-
-
-def live_vad(config: pb.StreamingRecognitionConfig) -> VadOptions | None:
-    """The config's voice activity detection: None without `vad` (OptionsError for
-    single_utterance without it, or parameters out of range)."""
-    if config.single_utterance and not config.vad:
-        raise OptionsError("config.single_utterance needs config.vad (speech ends the utterance)")
-    if not config.vad:
-        return None
-    weights_path()  # VadUnavailable (UNIMPLEMENTED) on a server without silero-vad
-    return vad_options(config.vad_options, LIVE_VAD)
-
-
-SPEECH_EVENTS = {
-    BEGIN: pb.SPEECH_EVENT_TYPE_SPEECH_ACTIVITY_BEGIN,
-    END: pb.SPEECH_EVENT_TYPE_SPEECH_ACTIVITY_END,
-    END_OF_UTTERANCE: pb.SPEECH_EVENT_TYPE_END_OF_SINGLE_UTTERANCE,
-}
-
-
-def speech_event(event: SpeechEvent) -> pb.StreamingRecognizeResponse:
-    return pb.StreamingRecognizeResponse(
-        speech_event=pb.SpeechEvent(type=SPEECH_EVENTS[event.kind], time=event.time)
-    )
-
-
-def live_result(result: LiveResult, first: int, rows: RowSpec) -> pb.StreamingRecognizeResponse:
-    """A LiveResult as a message; its tokens are numbered from `first` on."""
-    msg = pb.StreamingRecognitionResult(
-        is_final=result.is_final,
-        stability=result.stability,
-        text=result.text,
-        buffer_offset=result.buffer_offset,
-        audio_seconds=result.audio_seconds,
-        words=words(result.words),
-    )
-    for i, t in enumerate(result.tokens):
-        token = msg.tokens.add(
-            index=first + i, id=t.id, text=t.text, logprob=t.logprob, peak_time=t.peak_time
-        )
-        if rows.enabled and t.attention is not None:
-            token.alignment.CopyFrom(rows.tensor(rows.select(t.attention)))
-    return pb.StreamingRecognizeResponse(result=msg)

@@ -42,7 +42,7 @@ from xattn.model.decode.decoding import DecodeOptions, OptionsError
 from xattn.model.live.transcriber import LiveTranscriber
 from xattn.model.live.types import LiveOptions, LiveResult
 from xattn.model.live.vad_stream import SpeechEvent
-from xattn.service.engine import convert
+from xattn.service.engine import convert, convert_live
 from xattn.service.engine.engine import Engine, Limits, LiveSlot
 from xattn.service.engine.live_rounds import LiveRounds, Ticket
 from xattn.service.engine.rows import RowSpec, row_spec
@@ -132,9 +132,9 @@ class _Shaped:
         out = []
         for r in results:
             if isinstance(r, SpeechEvent):
-                out.append(convert.speech_event(r))
+                out.append(convert_live.speech_event(r))
             elif r.is_final or self.interim:
-                out.append(convert.live_result(r, self.tokens, self.rows))
+                out.append(convert_live.live_result(r, self.tokens, self.rows))
             if isinstance(r, LiveResult) and r.is_final:
                 self.tokens += len(r.tokens)
                 self.finals += 1
@@ -279,7 +279,7 @@ class LiveSession:
         engine = self._engine
         pipe = engine.pipeline_for(config.model)  # "" = the first; unknown: INVALID_ARGUMENT
         pcm = live_pcm(config)
-        options = convert.live_options(config, self._settings.defaults)
+        options = convert_live.live_options(config, self._settings.defaults)
         pipe.validate(DecodeOptions(language=options.language))
         mean = pb.ALIGNMENT_MODE_MEAN_ALIGNMENT_HEADS
         rows = row_spec(config.alignment, mean, pipe.dims, pipe.alignment_heads)
