@@ -46,10 +46,9 @@ from benchmarks.streaming import RATE, reference_words
 from benchmarks.wer import EVAL, Clip, clips
 from benchmarks.workers import Workers
 from xattn.clients.api import connect
-from xattn.model.live.window import WINDOWS
 from xattn.model.pipeline import LIVE_COMPUTES, resolve_live_precision
 from xattn.service.background import BackgroundServer
-from xattn.service.server import ServerConfig
+from xattn.service.server import LIVE_WINDOWS, ServerConfig
 
 DOORS = {"grpc": "gRPC", "realtime": "Realtime"}
 SECTIONS = ("peer",)
@@ -146,7 +145,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--live-compute", default="auto", choices=LIVE_COMPUTES, help="the server's (auto)"
     )
     parser.add_argument(
-        "--live-window", default="whole", choices=WINDOWS, help="the server's (whole)"
+        "--live-window", default="whole", choices=LIVE_WINDOWS, help="the server's (whole)"
     )
     parser.add_argument("--raw", type=Path, help="also write every stream's words here (JSON)")
     parser.add_argument(

@@ -15,11 +15,10 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from xattn.model.live.window import WINDOWS
 from xattn.model.pipeline import COMPUTE_CHOICES, LIVE_COMPUTES, compute_help
 from xattn.service import logs
 from xattn.service.engine.tokens import SecurityConfigError, read_tokens
-from xattn.service.server import LIVE_MAX_SECONDS, ServerConfig, serve
+from xattn.service.server import LIVE_MAX_SECONDS, LIVE_WINDOWS, ServerConfig, serve
 
 log = logging.getLogger("service")
 DEFAULTS = ServerConfig()
@@ -268,8 +267,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error(f"--compute must be one of {', '.join(COMPUTE_CHOICES)}")
     if args.live_compute not in LIVE_COMPUTES:
         parser.error(f"--live-compute must be one of {', '.join(LIVE_COMPUTES)}")
-    if args.live_window not in WINDOWS:
-        parser.error(f"--live-window must be one of {', '.join(WINDOWS)}")
+    if args.live_window not in LIVE_WINDOWS:
+        parser.error(f"--live-window must be one of {', '.join(LIVE_WINDOWS)}")
     if args.decode_processes < 0:
         parser.error("--decode-processes must be >= 0")
     if min(args.header_timeout, args.idle_timeout, args.http_body_timeout) <= 0:

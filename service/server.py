@@ -65,6 +65,9 @@ SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
+LIVE_WINDOWS = ("whole", "short")  # --live-window: the 30 s window, or SHORT's margin
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     host: str = "127.0.0.1"
@@ -98,7 +101,7 @@ class ServerConfig:
     live_compute: str = "auto"
     # what a live step encodes: "whole" (the 30 s window) or "short" (the buffer + 2 s, at
     # least 10 s, and the window's last second: APPROXIMATE, cheaper; xattn.model.live.window)
-    live_window: str = "whole"
+    live_window: str = "whole"  # one of LIVE_WINDOWS
     live_max_seconds: float | None = None  # audio per live stream; None: max_audio_seconds,
     # at most LIVE_MAX_SECONDS
     decode_processes: int = 2  # encoded files decoded at once, in worker processes (0: here)

@@ -30,7 +30,6 @@ GRID = 1.0  # seconds: a short window's length is rounded up to a whole number o
 SHORTEST = 10.0
 TAIL = 1.0  # seconds of the window's end a short window encodes too
 SHORT = 2.0  # seconds: the encode_margin of the server's short live window (--live-window)
-WINDOWS = ("whole", "short")  # the server's --live-window choices
 WIDTH = N_FRAMES // 2  # a whole window's encoder frames
 
 
