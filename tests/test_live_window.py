@@ -18,6 +18,7 @@ from xattn.model.live.policy import (
     monotonic_count,
     pause_in,
     repeat_count,
+    silent,
     stalled,
     voiced_after,
 )
@@ -254,17 +255,21 @@ def test_stalled_is_an_ended_text_short_of_the_audio() -> None:
     assert not stalled([token(1, " The", 8.5)], ended=True, last_heard=6.0, edge=8.0)
 
 
-def test_a_stalled_decoder_slides_and_the_next_sentence_is_heard() -> None:
-    """Two real sentences 1 s apart (../shared/eval): after the first, continuing its forced
-    text, tiny.en proposes the full stop and the end of text step after step while the second
-    is spoken; the stall rule slides the buffer there, and the second sentence's words become
-    final while it is spoken (without it, at these steps, they were never committed)."""
+@pytest.mark.parametrize("margin", [None, 2.0], ids=["whole window", "short window"])
+def test_a_stalled_decoder_slides_and_the_next_sentence_is_heard(margin: float | None) -> None:
+    """Two real sentences 1 s apart (../shared/eval; the second, recorded 40 dB quieter,
+    brought to the first's level: one speaker, one microphone): after the first, continuing
+    its forced text, tiny.en proposes the full stop and the end of text step after step while
+    the second is spoken; the stall rule slides the buffer there, and the second sentence's
+    words become final while it is spoken (without it, at these steps, they were never
+    committed)."""
     from pathlib import Path
 
     eval_dir = Path(__file__).resolve().parents[2] / "shared" / "eval" / "audio"
     first, second = (decode_audio(str(eval_dir / f"cuttledoc_fleurs-en-00{k}.ogg")) for k in (1, 3))
-    audio = np.concatenate([first, np.zeros(SAMPLE_RATE, np.float32), second])
-    results, _ = feed(audio, LiveOptions(), chunk_s=0.3)
+    second = second * (np.percentile(np.abs(first), 99) / np.percentile(np.abs(second), 99))
+    audio = np.concatenate([first, np.zeros(SAMPLE_RATE, np.float32), second])  # one level
+    results, _ = feed(audio, LiveOptions(encode_margin=margin), chunk_s=0.3)
     spoken = [r for r in results if r.is_final and r.audio_seconds < len(audio) / SAMPLE_RATE]
     text = "".join(r.text for r in spoken).lower()
     assert "sentence" in text  # the first's end
@@ -281,6 +286,30 @@ def test_echoes_and_voiced_after() -> None:
     assert not voiced_after(np.concatenate([speech, quiet]), len(speech))
     assert voiced_after(np.concatenate([speech, quiet, speech[:4000]]), len(speech))
     assert not voiced_after(speech, len(speech))  # nothing after
+    zeros = np.zeros(SAMPLE_RATE, np.float32)  # digital silence: at the -100 dB floor
+    assert voiced_after(np.concatenate([speech, zeros, speech[:4000]]), len(speech))
+    assert not voiced_after(np.concatenate([speech, zeros]), len(speech))
+
+
+def test_silent_is_nothing_above_minus_80_dbfs() -> None:
+    assert silent(np.zeros(3 * SAMPLE_RATE, np.float32))
+    assert silent(np.full(SAMPLE_RATE, 1e-5, np.float32))  # -100 dB: a dithered muted mic
+    assert silent(np.zeros(0, np.float32))
+    quiet_voice = np.sin(np.arange(SAMPLE_RATE) * 0.05).astype(np.float32) * 1e-3  # -63 dB
+    assert not silent(quiet_voice)
+    click = np.zeros(SAMPLE_RATE + 800, np.float32)
+    click[-400:] = 0.1  # after the last whole frame
+    assert not silent(click)
+
+
+@pytest.mark.parametrize("margin", [None, 2.0], ids=["whole window", "short window"])
+def test_a_silent_stream_runs_no_step_and_commits_nothing(margin: float | None) -> None:
+    """Whisper guesses " you" over a short window of digital silence (no_speech 0.91 with an
+    average logprob of -0.9, inside openai-whisper's rule's bounds); a muted stream decodes
+    nothing."""
+    results, stats = feed(np.zeros(5 * SAMPLE_RATE, np.float32), LiveOptions(encode_margin=margin))
+    assert not [r for r in results if r.text.strip()]
+    assert stats.steps == 0 and stats.skipped_steps > 0
 
 
 def test_pause_in_finds_the_middle_of_the_first_pause_after_a_word() -> None:
@@ -292,6 +321,9 @@ def test_pause_in_finds_the_middle_of_the_first_pause_after_a_word() -> None:
     assert pause_in(audio, 0, round(2.0 * SAMPLE_RATE)) is None  # begins after `last`
     assert pause_in(audio, round(2.2 * SAMPLE_RATE), len(audio)) == round(2.4 * SAMPLE_RATE)
     assert pause_in(np.concatenate([speech, speech]), 0, 2 * SAMPLE_RATE) is None  # no quiet
+    # with a lead: at most that much of the pause before the speech after it
+    assert pause_in(audio, 0, len(audio), lead=SAMPLE_RATE // 10) == round(2.5 * SAMPLE_RATE)
+    assert pause_in(audio, 0, len(audio), lead=SAMPLE_RATE) == round(2.35 * SAMPLE_RATE)
 
 
 def test_a_finish_over_silence_keeps_the_last_decode(jfk: np.ndarray) -> None:

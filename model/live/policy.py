@@ -128,6 +128,28 @@ def frame_rms(audio: np.ndarray) -> np.ndarray:
     return np.sqrt(np.mean(np.square(frames), axis=1))  # [n]
 
 
+FLOOR_DB = -100.0  # dB of full scale: a frame's floor (Whisper's log-mel floors power at 1e-10)
+
+
+def frame_db(audio: np.ndarray) -> np.ndarray:
+    """Loudness of each whole FRAME of `audio`, dB of full scale, at least FLOOR_DB: [n]."""
+    return np.maximum(20 * np.log10(np.maximum(frame_rms(audio), 1e-10)), FLOOR_DB)
+
+
+def loudness_db(audio: np.ndarray) -> float:
+    """RMS of all of `audio`, dB of full scale (-200 for none or zeros)."""
+    rms = float(np.sqrt(np.mean(np.square(audio, dtype=np.float64)))) if len(audio) else 0.0
+    return float(20 * np.log10(max(rms, 1e-10)))
+
+
+def silent(audio: np.ndarray, below_db: float = -80.0) -> bool:
+    """Whether no FRAME of `audio` (nor what is left after its last) reaches `below_db`:
+    digital silence, a muted microphone. Whisper reads such a window as no speech with a
+    30 s window, but guesses a word ("you") over a short one."""
+    tail = audio[len(audio) // FRAME * FRAME :]
+    return max([FLOOR_DB, *frame_db(audio), loudness_db(tail)]) < below_db
+
+
 PAUSE = 3  # frames: 0.3 s of quiet in a row make a pause between words
 QUIET = 0.3  # a quiet frame lies below this share of the way, in dB, from noise to speech
 
@@ -136,7 +158,7 @@ def quiet_frames(audio: np.ndarray) -> np.ndarray | None:
     """Which FRAMEs of `audio` are quiet: RMS below QUIET of the way from the 10th percentile
     of frame RMS to the 90th, in dB; None: no speech to tell them from (those lie under 6 dB
     apart)."""
-    db = 20 * np.log10(np.maximum(frame_rms(audio), 1e-10))  # [frames]
+    db = frame_db(audio)  # [frames]
     if len(db) < PAUSE:
         return None
     floor, speech = np.percentile(db, [10, 90])
@@ -145,9 +167,10 @@ def quiet_frames(audio: np.ndarray) -> np.ndarray | None:
     return db < floor + QUIET * (speech - floor)  # [frames]
 
 
-def pause_in(audio: np.ndarray, first: int, last: int) -> int | None:
+def pause_in(audio: np.ndarray, first: int, last: int, lead: int | None = None) -> int | None:
     """The middle sample of the first pause (PAUSE quiet frames in a row) of `audio` that
-    begins between samples `first` and `last`; None: none, or no speech to tell it from."""
+    begins between samples `first` and `last` (with `lead`: `lead` samples before its end,
+    where that is later); None: none, or no speech to tell it from."""
     quiet = quiet_frames(audio)
     if quiet is None:
         return None
@@ -161,14 +184,15 @@ def pause_in(audio: np.ndarray, first: int, last: int) -> int | None:
             end = i + 1
             while end < len(quiet) and quiet[end]:
                 end += 1
-            return (begin + end) * FRAME // 2
+            middle = (begin + end) * FRAME // 2
+            return middle if lead is None else max(middle, end * FRAME - lead)
     return None
 
 
 def voiced_after(audio: np.ndarray, split: int, below_db: float = 6.0) -> bool:
     """Whether `audio[split:]` holds a 0.1 s frame within `below_db` of the speech before
-    `split` (its loudest tenth of frames: the 90th percentile of frame RMS)."""
-    before, after = frame_rms(audio[:split]), frame_rms(audio[split:])
+    `split` (its loudest tenth of frames: the 90th percentile of frame loudness)."""
+    before, after = frame_db(audio[:split]), frame_db(audio[split:])
     if not len(before) or not len(after):
         return False
-    return float(after.max()) >= float(np.percentile(before, 90)) * 10 ** (-below_db / 20)
+    return float(after.max()) >= float(np.percentile(before, 90)) - below_db

@@ -16,6 +16,8 @@ The policy (AlignAtt with local agreement), run each time `feed` brings new audi
    audio after the last committed word; its pending punctuation is committed first).
 `finish` decodes what is left and commits everything. Finals are never revised.
 
+A buffer with nothing above -80 dBFS (a muted microphone) runs no step: Whisper reads
+nothing there over a 30 s window and guesses "you" over a short one.
 With `gate_db`, a feed whose new audio is quieter than that (RMS, dB of full scale) runs no
 step once the last step left nothing undecided: nothing new was heard.
 `urgency` tells a scheduler how much a step of this stream is due (who goes next is not
@@ -44,10 +46,12 @@ from xattn.model.live.policy import (
     FRAME,
     commit_count,
     echoes,
+    loudness_db,
     monotonic_count,
     pause_in,
     quiet_frames,
     repeat_count,
+    silent,
     stalled,
     voiced_after,
 )
@@ -58,6 +62,7 @@ from xattn.model.transcribe.alignment import find_alignment, token_probabilities
 from xattn.model.transcribe.sequential import Context
 
 PRE_ROLL = 1.0  # seconds of silence kept before speech when the buffer slides over silence
+LEAD = 0.3  # seconds of a pause a stall's slide keeps before the speech after it
 AFTER_WORD = 0.1  # seconds from a word's DTW end to where the audio after it begins
 DETECT_AFTER = 3.0  # seconds of audio from which a detected language is kept
 
@@ -117,13 +122,14 @@ class LiveTranscriber:
         return unheard + (1.0 if self.previous else 0.0)
 
     def _quiet(self) -> bool:
-        """gate_db: the audio since the last step is below the gate and nothing waits."""
+        """Nothing to hear: the buffer is silent (policy.silent), or (gate_db) the audio since
+        the last step is below the gate and nothing waits."""
+        if silent(self.audio[self.offset - self.base :]):
+            return True
         gate = self.options.gate_db
         if gate is None or self.previous:
             return False
-        new = self.audio[max(0, self.decoded_at - self.base) :]
-        rms = float(np.sqrt(np.mean(np.square(new, dtype=np.float64)))) if len(new) else 0.0
-        return 20 * np.log10(max(rms, 1e-10)) < gate
+        return loudness_db(self.audio[max(0, self.decoded_at - self.base) :]) < gate
 
     def feed_in_turn(self, take: Callable[[], np.ndarray]) -> list[LiveResult | SpeechEvent]:
         """`feed(take())` in a turn of the model thread (StepBatcher.turn): the audio is taken
@@ -143,7 +149,9 @@ class LiveTranscriber:
             if take is not None:
                 assert self.vad is None, "vad: the rest goes through feed"
                 self.audio = np.concatenate([self.audio, take().astype(np.float32)])
-            return self._timed(final=True) if self.samples > self.offset else []
+            if silent(self.audio[self.offset - self.base :]):
+                return []  # nothing was heard (nothing of it was committed either)
+            return self._timed(final=True)
 
     def _feed_vad(self, audio: np.ndarray) -> list[LiveResult | SpeechEvent]:
         events: list[LiveResult | SpeechEvent] = list(self.vad.feed(audio))
@@ -231,10 +239,12 @@ class LiveTranscriber:
 
     def _stalled(self, hypothesis: list[LiveToken], n: int) -> int | None:
         """policy.stalled for this step (`n` tokens of `hypothesis` are about to be
-        committed): the sample where the buffer then starts, None: no stall. There: the pause
-        after the last word (DTW stretches a last word over a pause and into untranscribed
-        speech after it, and a buffer that starts inside a word misreads it), else its DTW
-        end; and only when someone speaks after it."""
+        committed): the sample where the buffer then starts, None: no stall. There: in the
+        pause after the last word, at most LEAD s before the speech after it (DTW stretches a
+        last word over a pause and into untranscribed speech after it, or ends it early, and a
+        buffer that starts inside a word misreads it: the pause is sought up to `stall` s after
+        the word's attention peak), else at its DTW end; and only when someone speaks after
+        it."""
         if self.options.stall is None:
             return None
         heard = [
@@ -247,8 +257,9 @@ class LiveTranscriber:
         words = self._words(0, hypothesis[:n])
         end = words[-1].end if words else last
         buffer = self.audio[self.offset - self.base :]
-        at = [round(s * SAMPLE_RATE) - self.offset for s in (last, end + AFTER_WORD)]  # buffer's
-        split = pause_in(buffer, at[0], at[1])
+        seek = max(end + AFTER_WORD, last + self.options.stall)  # DTW can end a word early
+        at = [round(s * SAMPLE_RATE) - self.offset for s in (last, end + AFTER_WORD, seek)]
+        split = pause_in(buffer, at[0], at[2], round(LEAD * SAMPLE_RATE))
         split = at[1] if split is None else split
         return split + self.offset if voiced_after(buffer, split) else None
 
