@@ -145,7 +145,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--live-compute", default="auto", choices=LIVE_COMPUTES, help="the server's (auto)"
     )
     parser.add_argument(
-        "--live-window", default="whole", choices=LIVE_WINDOWS, help="the server's (whole)"
+        "--live-window",
+        default=ServerConfig.live_window,
+        choices=LIVE_WINDOWS,
+        help=f"the server's ({ServerConfig.live_window})",
     )
     parser.add_argument("--raw", type=Path, help="also write every stream's words here (JSON)")
     parser.add_argument(

@@ -115,6 +115,7 @@ def test_listen_virtual_input_until_ctrl_c(
         request = pb.TranscribeRequest(audio=pb.Audio(encoded=jfk_path.read_bytes()))
         offline = stub.Transcribe(request).transcript.text
     device = VirtualInput(stereo_44k(jfk_path), interrupt_after=12.0)
+    before = signal.getsignal(signal.SIGINT)  # SIG_IGN where the suite runs in the background
     args = build_parser().parse_args(["listen", "--server", server, "--json"])
     args.token = None
     assert listen.run(args, Console(), Console(stderr=True), sd=device) == 0
@@ -122,7 +123,7 @@ def test_listen_virtual_input_until_ctrl_c(
     result = json.loads(capsys.readouterr().out)
     assert word_distance(result["text"], offline) <= 1, (result["text"], offline)
     assert result["duration"] == pytest.approx(12.0, abs=0.1)
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    assert signal.getsignal(signal.SIGINT) is before  # restored
 
 
 def test_devices_are_listed_and_picked(capsys: pytest.CaptureFixture[str]) -> None:

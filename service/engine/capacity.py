@@ -36,7 +36,6 @@ from xattn.model.net.dims import ModelDims
 SAMPLE_RATE = 16000
 FRAMES_PER_SECOND = 100  # log-mel frames
 WINDOW_SECONDS = 30.0
-AUDIO_FRAMES = 1500  # encoder frames of a window
 MAX_WORKERS = 16
 MB = 1 << 20
 
@@ -62,9 +61,9 @@ def request_bytes(dims: ModelDims, audio_seconds: float, rows: int = 5) -> Reque
     return RequestMemory(
         audio=int(4 * SAMPLE_RATE * audio_seconds),
         mel=int(4 * dims.n_mels * FRAMES_PER_SECOND * (audio_seconds + WINDOW_SECONDS)),
-        cross_kv=4 * 2 * layers * AUDIO_FRAMES * d,
+        cross_kv=4 * 2 * layers * dims.n_audio_ctx * d,  # a window's 1,500 frames
         self_kv=4 * 2 * layers * rows * dims.n_text_ctx * d,
-        features=4 * AUDIO_FRAMES * dims.n_audio_state,
+        features=4 * dims.n_audio_ctx * dims.n_audio_state,
     )
 
 
