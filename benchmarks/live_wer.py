@@ -30,13 +30,9 @@ from benchmarks.wer import EVAL, Clip, clips, counts
 # lever -> LiveOptions fields (over LiveOptions' defaults at the time of the run, which are
 # stated as the "live default" setting)
 CUTS = {"max_jump": 1.0, "tokens_per_second": 8.0, "max_repeats": 2}
+NOCUTS = {"max_jump": None, "tokens_per_second": None, "max_repeats": None}
 LEVERS: dict[str, dict[str, object]] = {
-    "full": {
-        "encode_margin": None,
-        "max_jump": None,
-        "tokens_per_second": None,
-        "max_repeats": None,
-    },
+    "full": {"encode_margin": None, **NOCUTS},
     "full+cuts": {"encode_margin": None, **CUTS},
     "full-bf16": {"encode_margin": None, "precision": "bf16"},
     "full-int8": {"encode_margin": None, "precision": "int8"},
@@ -44,12 +40,7 @@ LEVERS: dict[str, dict[str, object]] = {
     "margin-2": {"encode_margin": 2.0, **CUTS},
     "margin-3": {"encode_margin": 3.0, **CUTS},
     "margin-2+gate": {"encode_margin": 2.0, **CUTS, "gate_db": -50.0},
-    "margin-2-nocuts": {
-        "encode_margin": 2.0,
-        "max_jump": None,
-        "tokens_per_second": None,
-        "max_repeats": None,
-    },
+    "margin-2-nocuts": {"encode_margin": 2.0, **NOCUTS},
 }
 DEFAULT_LEVERS = ("full", "margin-2", "margin-2-nocuts")
 GENERATED = (  # (text, voice, words a minute, pause after s, noise level)
@@ -59,6 +50,90 @@ GENERATED = (  # (text, voice, words a minute, pause after s, noise level)
     ("Could you check whether the backup finished before midnight?", "en-gb", 165, 0.6, 0.02),
     ("Our train was delayed by forty minutes because of a signal failure.", "en-us", 140, 3, 0),
     ("Remember to water the tomatoes and feed the cat on Sunday morning.", "en-us", 170, 1, 0.01),
+    (
+        "The library closes early on Fridays during the summer holidays.",
+        "en-gb-scotland",
+        150,
+        1.2,
+        0,
+    ),
+    (
+        "Please send the invoice to the accounts team by the end of the week.",
+        "en-us",
+        185,
+        0.7,
+        0.01,
+    ),
+    ("My sister moved to a small village near the coast last spring.", "en-gb-x-rp", 160, 2, 0),
+    (
+        "The doctor said I should rest for three days and drink plenty of water.",
+        "en-us",
+        150,
+        1.5,
+        0.02,
+    ),
+    ("We watched the match on television and our team won by two goals.", "en-029", 160, 0.8, 0),
+    (
+        "Turn the oven down to one hundred and eighty degrees after twenty minutes.",
+        "en-gb",
+        170,
+        1,
+        0.01,
+    ),
+    (
+        "He forgot his umbrella on the bus and walked home in the rain.",
+        "en-gb-x-gbclan",
+        155,
+        2.5,
+        0,
+    ),
+    ("Can you tell me how far it is to the nearest petrol station?", "en-us", 165, 0.6, 0.02),
+    (
+        "The children built a sandcastle and decorated it with shells and seaweed.",
+        "en-gb",
+        145,
+        1.8,
+        0,
+    ),
+    ("Our new neighbours have two dogs and a very noisy parrot.", "en-us", 175, 1, 0.01),
+    (
+        "The museum opens at ten and the guided tour starts at half past eleven.",
+        "en-gb-scotland",
+        160,
+        3,
+        0,
+    ),
+    ("I would like a large coffee with milk and a slice of lemon cake.", "en-us", 155, 0.9, 0.02),
+    (
+        "The bridge will be closed for repairs until the middle of next month.",
+        "en-gb-x-rp",
+        170,
+        1.4,
+        0.01,
+    ),
+    ("She practises the piano for an hour every evening after dinner.", "en-029", 150, 2, 0),
+    ("Write down the phone number before you forget it again.", "en-us", 180, 0.7, 0),
+    (
+        "The garden looks much better since we planted the roses and the lavender.",
+        "en-gb",
+        160,
+        1.2,
+        0.02,
+    ),
+    (
+        "Our flight to Lisbon leaves on Tuesday morning at a quarter to seven.",
+        "en-us",
+        165,
+        2.2,
+        0.01,
+    ),
+    (
+        "The kettle is broken, so we boiled the water in a saucepan instead.",
+        "en-gb-x-gbclan",
+        150,
+        1,
+        0,
+    ),
 )
 
 
