@@ -41,6 +41,8 @@ LEVERS: dict[str, dict[str, object]] = {
     "margin-3": {"encode_margin": 3.0, **CUTS},
     "margin-2+gate": {"encode_margin": 2.0, **CUTS, "gate_db": -50.0},
     "margin-2-nocuts": {"encode_margin": 2.0, **NOCUTS},
+    "margin-2-floor-15": {"encode_margin": 2.0, "encode_floor": 15.0, **NOCUTS},
+    "margin-2-floor-20": {"encode_margin": 2.0, "encode_floor": 20.0, **NOCUTS},
 }
 DEFAULT_LEVERS = ("full", "margin-2", "margin-2-nocuts")
 GENERATED = (  # (text, voice, words a minute, pause after s, noise level)
@@ -142,6 +144,7 @@ class Tally:
     """One lever's (or offline's) figures over a set of clips."""
 
     texts: list[str] = field(default_factory=list)
+    clip_errors: list[int] = field(default_factory=list)
     sub: int = 0
     dele: int = 0
     ins: int = 0
@@ -158,6 +161,7 @@ class Tally:
     def add(self, clip: Clip, text: str) -> None:
         s, d, i, n = counts(clip.text, text, clip.language)
         self.texts.append(text)
+        self.clip_errors.append(s + d + i)
         self.sub, self.dele, self.ins, self.words = (
             self.sub + s,
             self.dele + d,
@@ -187,7 +191,29 @@ class Tally:
             "_errors": errors,
             "_words": self.words,
             "_texts": self.texts,
+            "_clip_errors": self.clip_errors,
         }
+
+
+def paired_delta(errors: list[int], base: list[int], words: int, draws: int = 4000) -> str:
+    """`errors` minus `base` (per clip, the same clips) in pp of WER, with the 95 % interval of
+    a paired bootstrap over clips: "+1.2 (-0.9, +3.4)". An interval wider than a difference
+    says the set cannot tell the two apart at that size."""
+    diff = np.asarray(errors) - np.asarray(base)  # [clips]
+    picks = np.random.default_rng(0).integers(0, len(diff), (draws, len(diff)))  # [draws, clips]
+    low, high = np.percentile(diff[picks].sum(axis=1), [2.5, 97.5]) * 100 / words
+    return f"{100 * diff.sum() / words:+.1f} ({low:+.1f}, {high:+.1f})"
+
+
+def compare(rows: list[dict]) -> None:
+    """Each row's paired difference from the full-window live row and from offline, where the
+    run has them (same model and set)."""
+    by = {(r["model"], r["set"], r["lever"]): r for r in rows}
+    for r in rows:
+        for other, column in (("full", "vs full pp (95 % CI)"), ("offline", "vs offline pp")):
+            base = by.get((r["model"], r["set"], other))
+            if base is not None and base is not r and r["lever"] != "offline":
+                r[column] = paired_delta(r["_clip_errors"], base["_clip_errors"], r["_words"])
 
 
 def generated() -> list[tuple[Clip, np.ndarray]]:
@@ -276,6 +302,7 @@ def main(argv: list[str] | None = None) -> None:
             pool.submit(run_job, m, lv, args.chunk, args.limit, args.threads) for m, lv in jobs
         ]
         rows = [r for f in futures for r in f.result()]
+    compare(rows)
     raw = {  # each row's texts and counts (settings named _...: raw data, not rendered)
         f"{r['model']} {r['lever']} {r['set']}": {
             k: r.pop(k) for k in [k for k in r if k[0] == "_"]

@@ -41,9 +41,9 @@ LIVE_COLUMNS = (
 LIVE_WER_BEGIN = "<!-- live_wer: begin (python -m benchmarks.render writes this table) -->"
 LIVE_WER_END = "<!-- live_wer: end -->"
 LIVE_WER_COLUMNS = (
-    "model", "set", "lever", "WER %", "errors/words (S/D/I)", "lag median s", "lag p90 s",
-    "encoder frames a step", "encoder ms a step", "decoder steps a step", "step ms", "steps",
-    "skipped steps",
+    "model", "set", "lever", "WER %", "errors/words (S/D/I)", "vs full pp (95 % CI)",
+    "vs offline pp", "lag median s", "lag p90 s", "encoder frames a step", "encoder ms a step",
+    "decoder steps a step", "step ms", "steps", "skipped steps",
 )  # fmt: skip
 # docs/home-assistant.md's table of the newest Wyoming run lives between these two.
 HOME_ASSISTANT = ROOT / "docs" / "home-assistant.md"

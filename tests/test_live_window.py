@@ -52,14 +52,14 @@ def feed(audio: np.ndarray, options: LiveOptions, chunk_s: float = 0.5) -> tuple
     return results + live.finish(), live.stats
 
 
-def test_kept_frames_round_up_to_whole_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_kept_frames_round_up_to_whole_seconds() -> None:
     assert kept_frames(437, None) == N_FRAMES
     assert kept_frames(437, 1.0) == kept_frames(0, 0.0) == round(window.SHORTEST * 100)
-    monkeypatch.setattr(window, "SHORTEST", 1.0)
-    assert kept_frames(437, 1.0) == 600  # 4.37 + 1 s -> 6 s
-    assert kept_frames(400, 1.0) == 500
+    assert kept_frames(437, 1.0, floor=1.0) == 600  # 4.37 + 1 s -> 6 s
+    assert kept_frames(400, 1.0, floor=1.0) == 500
     assert kept_frames(2950, 2.0) == N_FRAMES  # never past the window
-    assert kept_frames(0, 0.0) == 100
+    assert kept_frames(0, 0.0, floor=1.0) == 100
+    assert kept_frames(437, 2.0, floor=15.0) == 1500  # the floor
     assert full_rows(np.ones((2, 3, 250))).shape == (2, 3, 1500)
     assert full_rows(np.ones((2, 3, 250)))[..., 250:].sum() == 0
 

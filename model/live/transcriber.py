@@ -2,9 +2,9 @@
 
 The policy (AlignAtt with local agreement), run each time `feed` brings new audio:
 1. The buffer (audio since `buffer_offset`, at most `max_buffer` s) is encoded as one 30 s
-   window, or with `encode_margin` as its front (buffer + margin seconds, at least 10) and
-   its last second alone (xattn.model.live.window): a step then costs what its buffer needs.
-   Whisper's encoder cannot run on the new audio alone: every
+   window, or with `encode_margin` as its front (buffer + margin seconds, at least
+   `encode_floor`) and its last second alone (xattn.model.live.window): a step then costs
+   what its buffer needs. Whisper's encoder cannot run on the new audio alone: every
    frame attends to every other, positions are absolute and the log-mel is normalised by the
    buffer's maximum, so a new sample changes every frame.
 2. The decoder continues after the text already committed in this buffer (forced as a
@@ -270,7 +270,7 @@ class LiveTranscriber:
         t0 = time.perf_counter()
         buffer = self.audio[self.offset - self.base :]
         mel, content = run(window_mel, buffer, model.dims.n_mels)  # [1, n_mels, 3000]
-        frames = kept_frames(content, self.options.encode_margin)
+        frames = kept_frames(content, self.options.encode_margin, self.options.encode_floor)
         tail = tail_frames(frames)
         mel = mel[..., :frames].to(model.device)  # [1, n_mels, frames]
         features, cache = encode(  # [1, F, d]: F = frames / 2 + tail

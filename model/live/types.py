@@ -8,6 +8,7 @@ import numpy as np
 
 from xattn.model.audio.vad import VadOptions
 from xattn.model.decode.results import WordTiming
+from xattn.model.live.window import SHORTEST
 
 
 @dataclass(frozen=True)
@@ -21,9 +22,10 @@ class LiveOptions:
     vad: VadOptions | None = None  # skip decodes while nobody speaks (xattn.model.live.vad_stream)
     single_utterance: bool = False  # with vad: over after the first speech ends
     # seconds of margin after the buffer's audio that a step encodes (rounded up to whole
-    # seconds, at least 10 s, with the window's last second; xattn.model.live.window); None:
-    # the whole 30 s window
+    # seconds, at least encode_floor, with the window's last second; xattn.model.live.window);
+    # None: the whole 30 s window
     encode_margin: float | None = None
+    encode_floor: float = SHORTEST  # seconds: with encode_margin, the shortest window encoded
     # no step while the new audio's RMS is below this (dB of full scale) and the last step
     # left nothing undecided; None: a step on every min_step of audio
     gate_db: float | None = None

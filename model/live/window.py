@@ -42,15 +42,15 @@ def window_mel(buffer: np.ndarray, n_mels: int) -> tuple[torch.Tensor, int]:
     return pad_or_trim(mel[:, :content], N_FRAMES)[None], content
 
 
-def kept_frames(content: int, margin: float | None) -> int:
+def kept_frames(content: int, margin: float | None, floor: float = SHORTEST) -> int:
     """Log-mel frames a step encodes from the window's front for `content` frames of audio:
     the whole window (3000) without a margin, else content + margin seconds rounded up to
-    GRID, at least SHORTEST seconds (even, <= 3000)."""
+    GRID, at least `floor` seconds (even, <= 3000)."""
     if margin is None:
         return N_FRAMES
     grid = round(GRID * MEL_PER_SECOND)
     wanted = content + round(margin * MEL_PER_SECOND)
-    shortest = round(SHORTEST * MEL_PER_SECOND)
+    shortest = round(floor * MEL_PER_SECOND)
     return max(shortest, min(N_FRAMES, math.ceil(wanted / grid) * grid))
 
 
