@@ -257,18 +257,17 @@ def test_stalled_is_an_ended_text_short_of_the_audio() -> None:
 
 @pytest.mark.parametrize("margin", [None, 2.0], ids=["whole window", "short window"])
 def test_a_stalled_decoder_slides_and_the_next_sentence_is_heard(margin: float | None) -> None:
-    """Two real sentences 1 s apart (../shared/eval; the second, recorded 40 dB quieter,
-    brought to the first's level: one speaker, one microphone): after the first, continuing
-    its forced text, tiny.en proposes the full stop and the end of text step after step while
-    the second is spoken; the stall rule slides the buffer there, and the second sentence's
-    words become final while it is spoken (without it, at these steps, they were never
-    committed)."""
+    """Two real sentences 1 s apart (../shared/eval, as recorded: the second 40 dB quieter,
+    as a far speaker after a near one): after the first, continuing its forced text, tiny.en
+    proposes the full stop and the end of text step after step while the second is spoken;
+    the stall rule slides the buffer there, and the second sentence's words become final while
+    it is spoken (without the rule, or with a voice judged only against the first speaker's
+    level, they were never committed: live_scale lost them at four streams)."""
     from pathlib import Path
 
     eval_dir = Path(__file__).resolve().parents[2] / "shared" / "eval" / "audio"
     first, second = (decode_audio(str(eval_dir / f"cuttledoc_fleurs-en-00{k}.ogg")) for k in (1, 3))
-    second = second * (np.percentile(np.abs(first), 99) / np.percentile(np.abs(second), 99))
-    audio = np.concatenate([first, np.zeros(SAMPLE_RATE, np.float32), second])  # one level
+    audio = np.concatenate([first, np.zeros(SAMPLE_RATE, np.float32), second])
     results, _ = feed(audio, LiveOptions(encode_margin=margin), chunk_s=0.3)
     spoken = [r for r in results if r.is_final and r.audio_seconds < len(audio) / SAMPLE_RATE]
     text = "".join(r.text for r in spoken).lower()
@@ -289,6 +288,11 @@ def test_echoes_and_voiced_after() -> None:
     zeros = np.zeros(SAMPLE_RATE, np.float32)  # digital silence: at the -100 dB floor
     assert voiced_after(np.concatenate([speech, zeros, speech[:4000]]), len(speech))
     assert not voiced_after(np.concatenate([speech, zeros]), len(speech))
+    far = speech[:4000] * 0.003  # a voice 50 dB under the first, over digital silence or noise
+    assert voiced_after(np.concatenate([speech, zeros, far]), len(speech))
+    hiss = np.random.default_rng(0).normal(0, 1e-4, SAMPLE_RATE).astype(np.float32)  # -80 dB
+    assert voiced_after(np.concatenate([speech, hiss, hiss[:4000] + far]), len(speech))
+    assert not voiced_after(np.concatenate([speech, hiss, hiss]), len(speech))
 
 
 def test_silent_is_nothing_above_minus_80_dbfs() -> None:

@@ -189,10 +189,19 @@ def pause_in(audio: np.ndarray, first: int, last: int, lead: int | None = None) 
     return None
 
 
+RISE = 15.0  # dB: a frame this far above the quiet floor is a voice, however far the speaker
+
+
 def voiced_after(audio: np.ndarray, split: int, below_db: float = 6.0) -> bool:
     """Whether `audio[split:]` holds a 0.1 s frame within `below_db` of the speech before
-    `split` (its loudest tenth of frames: the 90th percentile of frame loudness)."""
+    `split` (its loudest tenth of frames: the 90th percentile of frame loudness), or RISE dB
+    above the quiet floor (the 10th percentile of frame loudness, before or after `split`,
+    whichever is lower): a quieter speaker after a loud one (live_scale's streams join
+    recordings 40 dB apart) is someone speaking, where a pause's noise stays within a few dB
+    of its floor."""
     before, after = frame_db(audio[:split]), frame_db(audio[split:])
     if not len(before) or not len(after):
         return False
-    return float(after.max()) >= float(np.percentile(before, 90)) - below_db
+    floor = min(float(np.percentile(before, 10)), float(np.percentile(after, 10)))
+    loudest = float(after.max())
+    return loudest >= float(np.percentile(before, 90)) - below_db or loudest >= floor + RISE
