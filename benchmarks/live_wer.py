@@ -16,16 +16,21 @@ whatever else runs on the machine: the load average is recorded; frames are exac
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from benchmarks import results
 from benchmarks.wer import EVAL, Clip, clips, counts
+
+if TYPE_CHECKING:
+    from xattn.model.live.types import LiveOptions
 
 # lever -> LiveOptions fields (over LiveOptions' defaults at the time of the run, which are
 # stated as the "live default" setting)
@@ -43,6 +48,8 @@ LEVERS: dict[str, dict[str, object]] = {
     "margin-2-nocuts": {"encode_margin": 2.0, **NOCUTS},
     "margin-2-floor-15": {"encode_margin": 2.0, "encode_floor": 15.0, **NOCUTS},
     "margin-2-floor-20": {"encode_margin": 2.0, "encode_floor": 20.0, **NOCUTS},
+    # Realtime's server_vad: speech ends after this many ms of silence (its default, 500)
+    "full+vad-500": {"encode_margin": None, **NOCUTS, "vad_silence_ms": 500},
 }
 DEFAULT_LEVERS = ("full", "margin-2", "margin-2-nocuts")
 GENERATED = (  # (text, voice, words a minute, pause after s, noise level)
@@ -237,6 +244,19 @@ def data_sets(limit: int | None) -> dict[str, list[tuple[Clip, np.ndarray]]]:
     return {"shared eval (en)": shared, "generated (espeak-ng)": generated()[:limit]}
 
 
+def live_options(lever: str) -> LiveOptions:
+    """The lever's LiveOptions (`vad_silence_ms`: live VAD whose speech ends after that
+    much silence)."""
+    from xattn.model.live.types import LiveOptions
+    from xattn.model.live.vad_stream import LIVE_VAD
+
+    fields = dict(LEVERS[lever])
+    silence = fields.pop("vad_silence_ms", None)
+    if silence is not None:
+        fields["vad"] = dataclasses.replace(LIVE_VAD, min_silence_duration_ms=silence)
+    return LiveOptions(**fields)  # type: ignore[arg-type]
+
+
 def run_job(model: str, lever: str, chunk: float, limit: int | None, threads: int) -> list[dict]:
     """One model and lever (or "offline") over every set, in this process."""
     import torch
@@ -244,7 +264,6 @@ def run_job(model: str, lever: str, chunk: float, limit: int | None, threads: in
     from xattn.model.decode.decoding import DecodeOptions
     from xattn.model.decode.results import Transcript
     from xattn.model.live.transcriber import LiveTranscriber
-    from xattn.model.live.types import LiveOptions
     from xattn.model.pipeline import load_pipeline
 
     torch.set_num_threads(threads)
@@ -262,7 +281,7 @@ def run_job(model: str, lever: str, chunk: float, limit: int | None, threads: in
                 tally.add(clip, next(e for e in events if isinstance(e, Transcript)).text)
                 tally.step_seconds += time.perf_counter() - t0
                 continue
-            live = LiveTranscriber(pipe.context, pipe.alignment_heads, LiveOptions(**LEVERS[lever]))  # type: ignore[arg-type]
+            live = LiveTranscriber(pipe.context, pipe.alignment_heads, live_options(lever))
             finals, n = [], int(chunk * 16000)
             for at in range(0, len(audio), n):
                 finals += [
@@ -284,6 +303,8 @@ def run_job(model: str, lever: str, chunk: float, limit: int | None, threads: in
 
 
 def main(argv: list[str] | None = None) -> None:
+    from xattn.model.live.types import LiveOptions
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", default=["tiny.en", "base"])
     parser.add_argument("--levers", nargs="+", default=list(DEFAULT_LEVERS), choices=list(LEVERS))
@@ -293,7 +314,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads a process")
     results.add_arguments(parser)
     args = parser.parse_args(argv)
-    from xattn.model.live.types import LiveOptions
 
     load_before = [round(x, 2) for x in os.getloadavg()]
     jobs = [(m, lv) for m in args.models for lv in ["offline", *args.levers]]

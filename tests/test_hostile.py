@@ -203,9 +203,10 @@ def test_silent_wyoming_connections_make_room_for_one_that_speaks(bg: Background
 
     async def run() -> tuple[list[Seen], bool, bool]:
         silent = []
+        wait = 8 * SLACK  # each waits for its eviction (an event), two transcriptions away
         for _ in range(3):  # one by one, each counted before the next
             silent.append(
-                asyncio.ensure_future(RECIPES["wyoming"]["nothing"](HOST, server.port, SLACK))
+                asyncio.ensure_future(RECIPES["wyoming"]["nothing"](HOST, server.port, wait))
             )
             await _until(lambda: server.connections == len(silent))
         valid = await VALID["wyoming"](server.port)  # takes the oldest silent one's place

@@ -266,7 +266,9 @@ def test_paced_session_through_the_sdk(server: tuple, jfk24: np.ndarray) -> None
     # may hear a word differently ("your" / "you are", "what" / "like", both seen), so two
     # runs may differ by two such words (tests/test_live_service.py holds each to the offline)
     assert word_distance(realtime, ours) <= 4, (realtime, ours)
-    assert "fellow americans" in realtime.lower() and "do for your country" in realtime.lower()
+    assert "fellow americans" in realtime.lower() and "do for your country" in realtime.lower(), (
+        realtime
+    )
     assert settled(bg)  # every stretch's admission slot released
 
 

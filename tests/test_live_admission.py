@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import itertools
 import json
 import threading
 from collections.abc import Iterator
@@ -27,12 +28,13 @@ import pytest
 import torch
 import torchaudio.functional as AF
 from openai_ref import pipeline
-from wording import word_distance
+from wording import LIVE_SLACK, word_distance
 from wyoming_client import command
 
 from xattn.model.audio.features import decode_audio
 from xattn.service.__main__ import config_from_args, parse_args
 from xattn.service.background import BackgroundServer
+from xattn.service.engine import live_rounds
 from xattn.service.engine.live_admission import LiveAdmission, streams_for, voiced_audio
 from xattn.service.engine.observe import NO_SPAN, Observer, current_request
 from xattn.service.server import ServerConfig
@@ -114,8 +116,10 @@ def test_a_short_live_window_is_measured_and_served(jfk_path: Path) -> None:
             requests = [first, *(pb.StreamingRecognizeRequest(audio_content=c) for c in chunks)]
             responses = list(stub.StreamingRecognize(iter(requests), timeout=120))
     done = responses[-1].done
-    assert done.audio_seconds == pytest.approx(11.0, abs=0.01) and done.decode_steps >= 2
-    assert word_distance(done.text, offline.transcript.text) <= 1, done.text
+    # the chunks come as fast as the channel takes them: on a loaded machine all of them may
+    # arrive before the first step, which then decodes the whole clip
+    assert done.audio_seconds == pytest.approx(11.0, abs=0.01) and done.decode_steps >= 1
+    assert word_distance(done.text, offline.transcript.text) <= LIVE_SLACK, done.text
 
 
 @pytest.fixture(scope="module")
@@ -239,9 +243,13 @@ class StepLog(Observer):
         self.rows.append(rows)
 
 
-def test_rounds_are_fair_and_share_batches(jfk_pcm: bytes) -> None:
+def test_rounds_are_fair_and_share_batches(jfk_pcm: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
     """Three streams, each sending a minute of audio in one message: always due, each waits
-    between two of its steps for at most one step of each other stream."""
+    between two of its steps for at most one step of each other stream. A stream sends its
+    results before it asks for its next step; a round waits GATHER s for that, and a loaded
+    machine can take longer (the stream then misses a round, by design): here rounds wait
+    for every stream, so the test holds the rule, not the machine's speed."""
+    monkeypatch.setattr(live_rounds, "GATHER", WAIT)
     streams = 3
     with BackgroundServer(
         ServerConfig(port=0, max_live_streams=streams), pipeline("tiny.en")
@@ -280,7 +288,8 @@ def test_rounds_are_fair_and_share_batches(jfk_pcm: bytes) -> None:
         assert len(mine) >= 2 * 3  # three steps at least (the finish among them)
         ends, starts = mine[1::2], mine[2::2]
         for end, start in zip(ends, starts, strict=False):  # a wait between two of its steps
-            between = [who for who, what in log[end:start] if what == "end"]
-            for other in names:
-                assert between.count(other) <= 1, (name, other, log[end : start + 1])
+            for other in names:  # its whole steps in the wait (one of the same round can
+                seen = [what for who, what in log[end:start] if who == other]  # end in it)
+                whole = sum(pair == ("start", "end") for pair in itertools.pairwise(seen))
+                assert whole <= 1, (name, other, log[end : start + 1])
     assert max(recorder.rows) >= 2, "concurrent live steps never shared a batched step"

@@ -6,6 +6,8 @@ single_utterance.
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from collections.abc import Iterator
 
 import grpc
@@ -13,7 +15,7 @@ import numpy as np
 import pytest
 from conftest import SHARED_AUDIO
 from openai_ref import pipeline
-from wording import word_distance
+from wording import word_distance, words_of
 
 from xattn.model.audio.features import decode_audio
 from xattn.model.audio.vad import SAMPLE_RATE, VadOptions, speech_probs, speech_spans
@@ -123,6 +125,29 @@ def stub() -> Iterator[transcriber_pb2_grpc.TranscriberStub]:
     with BackgroundServer(ServerConfig(port=0, workers=1), pipeline("tiny.en")) as server:
         with grpc.insecure_channel(server.address) as channel:
             yield transcriber_pb2_grpc.TranscriberStub(channel)
+
+
+def test_a_word_cut_by_a_step_is_read_whole_and_once(jfk_path) -> None:
+    """Realtime's server_vad (speech ends after 500 ms of silence), steps where a loaded
+    server put them: the step at 2.2 s cuts "Americans" (read "American."), speech ends at
+    2.24 s. The utterance's end decodes again instead of keeping that reading (speech went on
+    after it), and the next utterance starts where the speech ended, not PRE_ROLL s before
+    the feed (which held the word's end, read again after the prompt: "fellow American
+    Americans")."""
+    audio = decode_audio(jfk_path)
+    vad = dataclasses.replace(LIVE_VAD, min_silence_duration_ms=500)
+    pipe = pipeline("tiny.en")
+    live = LiveTranscriber(pipe.context, pipe.alignment_heads, LiveOptions(vad=vad, min_step=1.0))
+    cuts = [16000, 35200, 46400, *range(59200, len(audio), 12800), len(audio)]
+    finals, at = [], 0
+    for cut in cuts:
+        results = live.feed(audio[at:cut])
+        finals += [r.text for r in results if isinstance(r, LiveResult) and r.is_final]
+        at = cut
+    finals += [r.text for r in live.finish()]
+    words = words_of("".join(finals))
+    assert "fellow americans" in " ".join(words), finals
+    assert all(a != b and not b.startswith(a) for a, b in itertools.pairwise(words)), finals
 
 
 def test_single_utterance_over_the_service(stub, stream_audio) -> None:

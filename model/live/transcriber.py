@@ -158,8 +158,9 @@ class LiveTranscriber:
         self._heard = self._heard or any(e.kind == BEGIN for e in events)
         due = self.samples - self.decoded_at >= self.options.min_step * SAMPLE_RATE
         if events and events[-1].kind == END:  # the utterance is over: commit it now
+            end = events[-1].time
             events.extend(self._timed(final=True) if self._pending_speech() else [])
-            self._after_utterance()
+            self._after_utterance(end)
             if self.options.single_utterance:
                 self.over = True
                 events.append(SpeechEvent(END_OF_UTTERANCE, self.received))
@@ -177,11 +178,13 @@ class LiveTranscriber:
         """Whether the buffer may hold speech not yet final (vad)."""
         return bool(self.committed or self.previous or self._heard)
 
-    def _after_utterance(self) -> None:
-        """Everything is final: the text moves to the prompt, the buffer keeps PRE_ROLL s."""
+    def _after_utterance(self, end: float = 0.0) -> None:
+        """Everything is final: the text moves to the prompt, the buffer keeps PRE_ROLL s but
+        nothing before `end` (where the speech ended: its last word, heard again after its
+        text moved to the prompt, was read twice: "fellow American Americans")."""
         self.prompt.extend(t.id for t in self.committed)
         self.committed, self.previous, self._rest, self._heard = [], [], None, False
-        keep = self.samples - int(PRE_ROLL * SAMPLE_RATE)
+        keep = max(self.samples - int(PRE_ROLL * SAMPLE_RATE), round(end * SAMPLE_RATE))
         self.offset = min(self.samples, max(self.offset, keep))
         self.audio = self.audio[self.offset - self.base :]
         self.base = self.offset
@@ -232,6 +235,8 @@ class LiveTranscriber:
         """Whether the audio since the last decode is quiet (policy.quiet_frames over the
         buffer, every whole frame of it): decoding it again would read the same words (the
         silence a satellite sends before audio-stop)."""
+        if self.vad is not None and self.vad.voiced_until > self.decoded_at:
+            return False  # speech went on after it: its last word may have been cut there
         buffer = self.audio[self.offset - self.base :]
         quiet = quiet_frames(buffer)
         first = -(-(self.decoded_at - self.offset) // FRAME)  # the first whole frame after it
