@@ -303,8 +303,6 @@ def run_job(model: str, lever: str, chunk: float, limit: int | None, threads: in
 
 
 def main(argv: list[str] | None = None) -> None:
-    from xattn.model.live.types import LiveOptions
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", default=["tiny.en", "base"])
     parser.add_argument("--levers", nargs="+", default=list(DEFAULT_LEVERS), choices=list(LEVERS))
@@ -314,6 +312,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads a process")
     results.add_arguments(parser)
     args = parser.parse_args(argv)
+    from xattn.model.live.types import LiveOptions
 
     load_before = [round(x, 2) for x in os.getloadavg()]
     jobs = [(m, lv) for m in args.models for lv in ["offline", *args.levers]]

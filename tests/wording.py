@@ -22,6 +22,7 @@ def word_distance(a: str, b: str) -> int:
 
 # Words a live transcript of jfk may differ from the offline one by. Live finals depend on
 # where the steps land, which a loaded machine or a burst of audio moves: a first step over
-# 3 s of jfk reads "so my" as "so am I" (two edits), and the first words are committed from
-# one step (LiveOptions.first_context). Live accuracy is measured in benchmarks/live_wer.py.
+# 3 s of jfk reads "so my" as "so am I" (two edits), and a stream's first words can be
+# committed from that one step (no earlier step has to agree: policy.commit_count). Live
+# accuracy is measured in benchmarks/live_wer.py.
 LIVE_SLACK = 2

@@ -202,6 +202,7 @@ def voiced_after(audio: np.ndarray, split: int, below_db: float = 6.0) -> bool:
     before, after = frame_db(audio[:split]), frame_db(audio[split:])
     if not len(before) or not len(after):
         return False
-    floor = min(float(np.percentile(before, 10)), float(np.percentile(after, 10)))
+    quiet, speech = np.percentile(before, [10, 90])
+    floor = min(float(quiet), float(np.percentile(after, 10)))
     loudest = float(after.max())
-    return loudest >= float(np.percentile(before, 90)) - below_db or loudest >= floor + RISE
+    return loudest >= float(speech) - below_db or loudest >= floor + RISE

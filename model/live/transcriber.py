@@ -165,7 +165,7 @@ class LiveTranscriber:
                 self.over = True
                 events.append(SpeechEvent(END_OF_UTTERANCE, self.received))
             return events
-        if self.vad.voiced_until <= self.decoded_at:  # no speech since the last decode
+        if not self._voiced_since_decode:
             if due:  # silence: no decode (nor after speech, until it ends or resumes)
                 self.stats.skipped_steps += 1
                 self.decoded_at = self.samples
@@ -173,6 +173,11 @@ class LiveTranscriber:
                 self._after_utterance()  # the buffer slides over the silence
             return events
         return events + (self._timed(final=False) if due else [])
+
+    @property
+    def _voiced_since_decode(self) -> bool:
+        """Whether the VAD heard speech after the last decode (False without vad)."""
+        return self.vad is not None and self.vad.voiced_until > self.decoded_at
 
     def _pending_speech(self) -> bool:
         """Whether the buffer may hold speech not yet final (vad)."""
@@ -235,7 +240,7 @@ class LiveTranscriber:
         """Whether the audio since the last decode is quiet (policy.quiet_frames over the
         buffer, every whole frame of it): decoding it again would read the same words (the
         silence a satellite sends before audio-stop)."""
-        if self.vad is not None and self.vad.voiced_until > self.decoded_at:
+        if self._voiced_since_decode:
             return False  # speech went on after it: its last word may have been cut there
         buffer = self.audio[self.offset - self.base :]
         quiet = quiet_frames(buffer)
