@@ -12,6 +12,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 
 import pytest
 from hostile import HOST, RECIPES, VALID, Seen, ws_close_code, ws_events, wyoming_events
@@ -194,7 +195,7 @@ def test_silent_wyoming_connections_make_room_for_one_that_speaks(bg: Background
 
     async def start() -> WyomingServer:
         live = live_settings(bg.engine.limits)  # idle far off: only eviction closes them
-        settings = WyomingSettings(idle_timeout=120.0, max_connections=3, live=live)
+        settings = WyomingSettings(idle_timeout=600.0, max_connections=3, live=live)
         server = WyomingServer(bg.engine, settings, bind(HOST, 0))
         await server.start()
         return server
@@ -202,17 +203,25 @@ def test_silent_wyoming_connections_make_room_for_one_that_speaks(bg: Background
     server = bg.call(start())
 
     async def run() -> tuple[list[Seen], bool, bool]:
-        silent = []
-        wait = 8 * SLACK  # each waits for its eviction (an event), two transcriptions away
-        for _ in range(3):  # one by one, each counted before the next
-            silent.append(
-                asyncio.ensure_future(RECIPES["wyoming"]["nothing"](HOST, server.port, wait))
-            )
-            await _until(lambda: server.connections == len(silent))
+        silent: list[asyncio.Future[Seen]] = []
+        wait = 8 * SLACK  # a bound: each returns at its eviction (the idle close is far later)
+
+        async def fill() -> None:  # silent connections until the face is full
+            while server.connections < 3:
+                recipe = RECIPES["wyoming"]["nothing"](HOST, server.port, wait)
+                silent.append(asyncio.ensure_future(recipe))
+                await _until(partial(_counted, server, server.connections + 1))
+
+        await fill()
         valid = await VALID["wyoming"](server.port)  # takes the oldest silent one's place
         first = await silent[0]
-        again = await VALID["wyoming"](server.port)  # and the next one's
-        return [first, await silent[1]], valid, again
+        await _until(lambda: server.connections == 2)  # the valid one's handler is gone
+        await fill()  # full again, of silent ones only
+        again = await VALID["wyoming"](server.port)  # takes the next oldest one's place
+        second = await silent[1]
+        for rest in silent[2:]:
+            rest.cancel()
+        return [first, second], valid, again
 
     try:
         (first, second), valid, again = asyncio.run(run())
@@ -221,6 +230,11 @@ def test_silent_wyoming_connections_make_room_for_one_that_speaks(bg: Background
     assert valid and again
     assert first.closed and second.closed
     assert _wyoming_codes(first) == ["server_busy"] == _wyoming_codes(second)
+
+
+def _counted(server: WyomingServer, count: int) -> bool:
+    """The face counts `count` connections (each counted before the next opens)."""
+    return server.connections == count
 
 
 async def _until(condition: Callable[[], bool], timeout: float = SLACK) -> None:
