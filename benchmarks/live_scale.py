@@ -150,6 +150,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         choices=LIVE_WINDOWS,
         help=f"the server's ({ServerConfig.live_window})",
     )
+    parser.add_argument(
+        "--live-beam-size",
+        type=int,
+        default=ServerConfig.live_beam_size,
+        help=f"the server's ({ServerConfig.live_beam_size})",
+    )
     parser.add_argument("--raw", type=Path, help="also write every stream's words here (JSON)")
     parser.add_argument(
         "--max-live-streams", type=int, default=0, help="the server's (0, its default: measured)"
@@ -180,6 +186,7 @@ def run_ours(
         max_live_streams=args.max_live_streams,
         live_compute=args.live_compute,
         live_window=args.live_window,
+        live_beam_size=args.live_beam_size,
     )
     encoder = Encoder(side)
     encoder.probe(3)
@@ -252,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         "compute": about["compute"],
         "live compute": f"{args.live_compute}: {precision or 'as the compute'}",
         "live window": args.live_window,
+        "live beams": args.live_beam_size,
         "server": f"ServerConfig() but its ports: live_workers {about['live workers']}",
         "max live streams": about["max live streams"],
         "max live streams given": args.max_live_streams or "no (measured)",

@@ -8,8 +8,10 @@ time but without waiting: lag is on the stream's clock (audio received when a wo
 final, minus the word's DTW end). Sets: the English clips of ../shared/eval (their
 references) and generated speech (espeak-ng voices with pauses and noise, benchmarks.synth;
 deterministic, made at run time). Per lever and model: errors/words of the finals (and of the
-offline default transcript, `Pipeline.transcribe` with DecodeOptions' defaults), median and
-p90 lag, steps, encoder frames and seconds a step, decoder steps. Cost is measured with
+offline default transcript, `Pipeline.transcribe` with beam 5 as the server's; with --greedy
+also greedy), median and p90 lag, steps, encoder frames and seconds a step, decoder steps.
+Levers are LiveOptions fields over its defaults (greedy steps, as the server's: `full`);
+`full+beam-5` is the server's --live-beam-size 5. Cost is measured with
 whatever else runs on the machine: the load average is recorded; frames are exact.
 """
 
@@ -50,7 +52,20 @@ LEVERS: dict[str, dict[str, object]] = {
     "margin-2-floor-20": {"encode_margin": 2.0, "encode_floor": 20.0, **NOCUTS},
     # Realtime's server_vad: speech ends after this many ms of silence (its default, 500)
     "full+vad-500": {"encode_margin": None, **NOCUTS, "vad_silence_ms": 500},
+    # the commit rule: first words wait for context, a wider margin, no agreement shortcut
+    "full+first-1.5": {"encode_margin": None, **NOCUTS, "first_context": 1.5},
+    "full+margin-1.0": {"encode_margin": None, **NOCUTS, "commit_margin": 1.0},
+    "full-agree": {"encode_margin": None, **NOCUTS, "agreement": False},
+    "full+beam-5": {"encode_margin": None, **NOCUTS, "beam_size": 5},
+    "full+beam-2": {"encode_margin": None, **NOCUTS, "beam_size": 2},
+    "full+beam-5+first-1.5": {
+        "encode_margin": None,
+        **NOCUTS,
+        "beam_size": 5,
+        "first_context": 1.5,
+    },
 }
+OFFLINE = {"offline": 5, "offline-greedy": 1}  # offline rows: beams (beam 5 is the default)
 DEFAULT_LEVERS = ("full", "margin-2", "margin-2-nocuts")
 GENERATED = (  # (text, voice, words a minute, pause after s, noise level)
     ("The meeting starts at nine, so please bring the quarterly report.", "en-us", 160, 1.5, 0),
@@ -273,10 +288,11 @@ def run_job(model: str, lever: str, chunk: float, limit: int | None, threads: in
         tally = Tally()
         for clip, audio in data:
             tally.audio_seconds += len(audio) / 16000
-            if lever == "offline":
+            if lever in OFFLINE:
                 t0 = time.perf_counter()
+                beams = OFFLINE[lever]
                 events = pipe.transcribe(
-                    audio, DecodeOptions(language="en", beam_size=5, best_of=5)
+                    audio, DecodeOptions(language="en", beam_size=beams, best_of=beams)
                 )
                 tally.add(clip, next(e for e in events if isinstance(e, Transcript)).text)
                 tally.step_seconds += time.perf_counter() - t0
@@ -310,12 +326,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--limit", type=int, default=None, help="clips of each set")
     parser.add_argument("--jobs", type=int, default=1, help="processes (model x lever each)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads a process")
+    parser.add_argument("--greedy", action="store_true", help="also the offline greedy row")
     results.add_arguments(parser)
     args = parser.parse_args(argv)
     from xattn.model.live.types import LiveOptions
+    from xattn.service.engine.engine import Limits, live_defaults
 
     load_before = [round(x, 2) for x in os.getloadavg()]
-    jobs = [(m, lv) for m in args.models for lv in ["offline", *args.levers]]
+    offline = ["offline", "offline-greedy"] if args.greedy else ["offline"]
+    jobs = [(m, lv) for m in args.models for lv in [*offline, *args.levers]]
     with ProcessPoolExecutor(args.jobs) as pool:
         futures = [
             pool.submit(run_job, m, lv, args.chunk, args.limit, args.threads) for m, lv in jobs
@@ -334,6 +353,7 @@ def main(argv: list[str] | None = None) -> None:
         "chunk s": args.chunk,
         "levers": {lv: LEVERS[lv] for lv in args.levers},
         "live default": repr(LiveOptions()),
+        "server's live default": repr(live_defaults(Limits())),
         "offline": "Pipeline.transcribe as the server by default: beam 5, best of 5 (convert.py)",
         "processes": args.jobs,
         "torch threads a process": args.threads,

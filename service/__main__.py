@@ -15,6 +15,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
+from xattn.model.decode.beams import MAX_ROWS
 from xattn.model.pipeline import COMPUTE_CHOICES, LIVE_COMPUTES, compute_help
 from xattn.service import logs
 from xattn.service.engine.tokens import SecurityConfigError, read_tokens
@@ -194,6 +195,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "audio needs; docs/live.md)",
     )
     flag(
+        "live-beam-size",
+        int,
+        DEFAULTS.live_beam_size,
+        "beams of a live step's decode, 1..16 (1: greedy; a stream's policy may set its own): "
+        "5 reads the words a file's beam-5 transcript reads, at a dearer step (docs/live.md)",
+    )
+    flag(
         "decode-processes",
         int,
         DEFAULTS.decode_processes,
@@ -269,6 +277,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error(f"--live-compute must be one of {', '.join(LIVE_COMPUTES)}")
     if args.live_window not in LIVE_WINDOWS:
         parser.error(f"--live-window must be one of {', '.join(LIVE_WINDOWS)}")
+    if not 1 <= args.live_beam_size <= MAX_ROWS:
+        parser.error(f"--live-beam-size must be in 1..{MAX_ROWS}")
     if args.decode_processes < 0:
         parser.error("--decode-processes must be >= 0")
     if min(args.header_timeout, args.idle_timeout, args.http_body_timeout) <= 0:
@@ -315,6 +325,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_live_streams=args.max_live_streams,
         live_compute=args.live_compute,
         live_window=args.live_window,
+        live_beam_size=args.live_beam_size,
         decode_processes=args.decode_processes,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,

@@ -30,7 +30,7 @@ from grpc_reflection.v1alpha import reflection
 from xattn.model.live.window import SHORT
 from xattn.model.pipeline import Pipeline, load_pipeline, resolve_live_precision
 from xattn.service import instruments
-from xattn.service.engine.engine import Engine, Limits
+from xattn.service.engine.engine import LIVE_BEAMS, Engine, Limits
 from xattn.service.engine.live import live_settings
 from xattn.service.engine.tokens import AuthPolicy
 from xattn.service.grpc import security
@@ -102,6 +102,7 @@ class ServerConfig:
     # what a live step encodes: "whole" (the 30 s window) or "short" (the buffer + 2 s, at
     # least 10 s, and the window's last second: APPROXIMATE, cheaper; xattn.model.live.window)
     live_window: str = "whole"  # one of LIVE_WINDOWS
+    live_beam_size: int = LIVE_BEAMS  # beams of a live step's decode (1: greedy)
     live_max_seconds: float | None = None  # audio per live stream; None: max_audio_seconds,
     # at most LIVE_MAX_SECONDS
     decode_processes: int = 2  # encoded files decoded at once, in worker processes (0: here)
@@ -163,6 +164,7 @@ class Server:
                 config.live_compute, config.compute, config.device
             ),
             live_margin=SHORT if config.live_window == "short" else None,
+            live_beam_size=config.live_beam_size,
             decode_processes=config.decode_processes,
         )
         if limits.live_precision is not None:

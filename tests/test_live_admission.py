@@ -87,6 +87,7 @@ def test_measured_capacity_in_model_info() -> None:
     assert info.limits.live_lag_target_seconds == 1.0
     assert info.models[0].limits.max_live_streams == info.limits.max_live_streams
     assert info.limits.live_compute == info.models[0].limits.live_compute == "int8"
+    assert info.limits.live_beam_size == 1  # the default: greedy steps
 
 
 def test_a_short_live_window_is_measured_and_served(jfk_path: Path) -> None:
@@ -97,6 +98,10 @@ def test_a_short_live_window_is_measured_and_served(jfk_path: Path) -> None:
     assert config_from_args(parse_args([])).live_window == "whole"
     with pytest.raises(SystemExit):
         parse_args(["--live-window", "half"])
+    assert config_from_args(parse_args(["--live-beam-size", "1"])).live_beam_size == 1
+    for bad in ("0", "17"):
+        with pytest.raises(SystemExit):
+            config_from_args(parse_args(["--live-beam-size", bad]))
     pcm = (decode_audio(jfk_path) * 32767).astype("<i2").tobytes()
     config = ServerConfig(port=0, live_window="short")
     with BackgroundServer(config, pipeline("tiny.en")) as server:

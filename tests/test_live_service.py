@@ -140,6 +140,22 @@ def test_live_stream_matches_offline(
     assert server.engine.counters().in_flight == 0
 
 
+def test_a_stream_of_five_beams(stub: Stub, jfk_pcm: bytes, jfk_path: Path) -> None:
+    """policy.beam_size 5 (the server's default is greedy): the steps' decodes search five
+    beams through the server's batched turns, and the finals read as a file's transcript."""
+    offline = stub.Transcribe(pb.TranscribeRequest(audio=pb.Audio(encoded=jfk_path.read_bytes())))
+    chunks = [jfk_pcm[at : at + 2 * RATE] for at in range(0, len(jfk_pcm), 2 * RATE)]  # 1 s
+    first = config(policy=pb.LivePolicy(beam_size=5), interim_results=False)
+    requests = [first, *(Request(audio_content=c) for c in chunks)]
+    responses = list(stub.StreamingRecognize(iter(requests), timeout=120))
+    done = responses[-1].done
+    assert responses[-1].HasField("done") and done.decode_steps >= 1
+    assert word_distance(done.text, offline.transcript.text) <= LIVE_SLACK, (
+        done.text,
+        offline.transcript.text,
+    )
+
+
 @pytest.mark.parametrize(
     ("requests", "code", "words"),
     [
@@ -149,6 +165,7 @@ def test_live_stream_matches_offline(
         ([config(), Request(audio_content=b"\0\0\0")], "INVALID_ARGUMENT", "whole samples"),
         ([config(), config()], "INVALID_ARGUMENT", "config"),
         ([config(language="xx")], "INVALID_ARGUMENT", "language"),
+        ([config(policy=pb.LivePolicy(beam_size=17))], "INVALID_ARGUMENT", "beam_size"),
         ([config(), Request()], "INVALID_ARGUMENT", "audio_content"),
         (
             [config(), Request(audio_content=bytes(int(2 * RATE * (MAX_LIVE_SECONDS + 1))))],

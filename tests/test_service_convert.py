@@ -138,3 +138,14 @@ def test_live_policy_over_the_defaults() -> None:
         config.policy.first_context = bad
         with pytest.raises(OptionsError, match="policy.first_context must be in 0..25 s"):
             convert_live.live_options(config, defaults)
+
+
+def test_live_beams_from_the_policy_over_the_servers() -> None:
+    config = pb.StreamingRecognitionConfig()
+    assert convert_live.live_options(config, LiveOptions(beam_size=5)).beam_size == 5
+    config.policy.beam_size = 1
+    assert convert_live.live_options(config, LiveOptions(beam_size=5)).beam_size == 1
+    for bad in (0, 17):
+        config.policy.beam_size = bad
+        with pytest.raises(OptionsError, match=f"policy.beam_size must be in 1..16, not {bad}"):
+            convert_live.live_options(config, LiveOptions())

@@ -39,7 +39,8 @@ import numpy as np
 import torch
 
 from xattn.model.audio.features import SAMPLE_RATE
-from xattn.model.decode.decoding import DecodeOptions, LogitRules, decode_window, detect_language
+from xattn.model.decode.beams import window_decoder
+from xattn.model.decode.decoding import DecodeOptions, LogitRules, detect_language
 from xattn.model.decode.results import FRAMES_PER_SECOND, WordTiming
 from xattn.model.decode.step_batcher import encode, model_turn, model_work
 from xattn.model.live.policy import (
@@ -311,8 +312,11 @@ class LiveTranscriber:
         if self.options.tokens_per_second is not None:
             seconds = len(buffer) / SAMPLE_RATE
             room = min(room, int(seconds * self.options.tokens_per_second) + 16)
-        options = DecodeOptions(return_attention=True, sample_len=max(1, room))
-        steps = decode_window(
+        beams = self.options.beam_size
+        options = DecodeOptions(
+            return_attention=True, sample_len=max(1, room), beam_size=beams, best_of=beams
+        )
+        steps = window_decoder(options, 0.0)(
             *(model, features, cache, tok, initial, initial.index(tok.sot), rules, 0.0),
             *(options, ctx.batcher),
         )

@@ -44,6 +44,9 @@ class LiveOptions:
     # what follows (tiny.en read "Set the thermostat" as "That's the first time" until 2 s
     # were heard); None: as any other words
     first_context: float | None = None
+    # beams of each step's decode (1: greedy): the offline default searches 5, and greedy
+    # reads more words wrong (xattn.model.decode.beams; a step's decoder costs ~beams rows)
+    beam_size: int = 1
     # the encoder's precision for live steps (AudioEncoder.PRECISIONS: "fp32", "bf16",
     # "int8"; approximate but for fp32); None: the model's compute
     precision: str | None = None

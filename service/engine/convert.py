@@ -329,6 +329,7 @@ def server_limits(
         max_live_streams=limits.max_live_streams if live_streams is None else live_streams,
         live_lag_target_seconds=limits.live_lag_target,
         live_compute=limits.live_precision or "",
+        live_beam_size=limits.live_beam_size,
     )
 
 

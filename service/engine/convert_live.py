@@ -8,6 +8,7 @@ import dataclasses
 import math
 
 from xattn.model.audio.vad import VadOptions, weights_path
+from xattn.model.decode.beams import MAX_ROWS
 from xattn.model.decode.decoding import OptionsError
 from xattn.model.live.types import LiveOptions, LiveResult
 from xattn.model.live.vad_stream import BEGIN, END, END_OF_UTTERANCE, LIVE_VAD, SpeechEvent
@@ -26,12 +27,18 @@ def live_options(config: pb.StreamingRecognitionConfig, defaults: LiveOptions) -
         agreement = policy.agreement
     if policy.HasField("first_context"):
         first = _seconds(policy.first_context, "policy.first_context", limit)
+    beams = defaults.beam_size
+    if policy.HasField("beam_size"):
+        beams = policy.beam_size
+        if not 1 <= beams <= MAX_ROWS:
+            raise OptionsError(f"policy.beam_size must be in 1..{MAX_ROWS}, not {beams}")
     return dataclasses.replace(
         defaults,
         language=config.language or defaults.language,
         commit_margin=margin,
         agreement=agreement,
         first_context=first,
+        beam_size=beams,
         return_attention=True,
         vad=live_vad(config),
         single_utterance=config.single_utterance,

@@ -36,6 +36,7 @@ import numpy as np
 from xattn.model.audio.features import decode_audio, to_16k
 from xattn.model.decode.decoding import DecodeOptions, OptionsError
 from xattn.model.decode.results import TokenEvent, Transcript, WindowStart
+from xattn.model.live.types import LiveOptions
 from xattn.model.pipeline import Pipeline
 from xattn.model.transcribe.sequential import Event
 from xattn.service.engine import capacity
@@ -52,6 +53,10 @@ __all__ += ["UnknownModel", "Counters", "Event", "in_passing_thread"]
 
 log = logging.getLogger(__name__)
 
+# beams of a live step's decode by default: greedy. 5 (--live-beam-size 5, a stream's
+# LivePolicy.beam_size) reads the words a file's beam-5 transcript reads where greedy loses
+# 6-9 pp on generated speech, and costs a live step's decoder ~5 rows (docs/live.md)
+LIVE_BEAMS = 1
 WINDOW_AUDIO = 30.0  # seconds: the audio `auto_workers` sizes the workers for (one window)
 
 
@@ -78,9 +83,19 @@ class Limits:
     # seconds of margin a live step's short window encodes (LiveOptions.encode_margin; None:
     # the whole 30 s window)
     live_margin: float | None = None
+    live_beam_size: int = LIVE_BEAMS  # beams of a live step's decode (LiveOptions.beam_size)
     # encoded files decoded at once, each in a worker process (xattn.service.engine.decoders); 0: on
     # the server's own threads, where a crash in FFmpeg or libsndfile ends the server
     decode_processes: int = 2
+
+
+def live_defaults(limits: Limits) -> LiveOptions:
+    """A live stream's options on a server with these limits, before its own policy."""
+    return LiveOptions(
+        precision=limits.live_precision,
+        encode_margin=limits.live_margin,
+        beam_size=limits.live_beam_size,
+    )
 
 
 @dataclass
@@ -201,9 +216,7 @@ class Engine:
         step = 0.0  # a live step timed: the live capacity (unless --max-live-streams)
         if warm_up and self.limits.max_live_streams <= 0:
             limits = self.limits
-            step = await in_passing_thread(
-                measure_step, pipe, limits.live_precision, limits.live_margin
-            )
+            step = await in_passing_thread(measure_step, pipe, live_defaults(limits))
         pipe = await in_passing_thread(self._batched, pipe)  # packs the weights
         self._add(pipe, seconds, step)
         return pipe

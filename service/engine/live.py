@@ -43,7 +43,7 @@ from xattn.model.live.transcriber import LiveTranscriber
 from xattn.model.live.types import LiveOptions, LiveResult
 from xattn.model.live.vad_stream import SpeechEvent
 from xattn.service.engine import convert, convert_live
-from xattn.service.engine.engine import Engine, Limits, LiveSlot
+from xattn.service.engine.engine import Engine, Limits, LiveSlot, live_defaults
 from xattn.service.engine.live_rounds import LiveRounds, Ticket
 from xattn.service.engine.rows import RowSpec, row_spec
 from xattn.v1 import transcriber_pb2 as pb
@@ -114,7 +114,7 @@ class LiveSettings:
 
 def live_settings(limits: Limits) -> LiveSettings:
     """The live settings of a server with these limits."""
-    defaults = LiveOptions(precision=limits.live_precision, encode_margin=limits.live_margin)
+    defaults = live_defaults(limits)
     return LiveSettings(limits.live_idle_timeout, limits.max_live_seconds, defaults)
 
 

@@ -70,16 +70,12 @@ def calibration_audio(seconds: float = CALIBRATION_SECONDS) -> np.ndarray:
 
 
 def measure_step(
-    pipe: Pipeline,
-    precision: str | None = None,
-    margin: float | None = None,
-    seconds: float = CALIBRATION_SECONDS,
+    pipe: Pipeline, options: LiveOptions, seconds: float = CALIBRATION_SECONDS
 ) -> float:
-    """Wall-clock seconds of one live step (its encoder at `precision`, None: the model's;
-    over a short window of `margin`, None: the whole) over `seconds` of buffered audio, after
-    an untimed step over all but the last second (on the model thread of the pipeline's
-    batcher if it has one, else on the caller's: blocking)."""
-    options = LiveOptions(precision=precision, encode_margin=margin)
+    """Wall-clock seconds of one live step with these options (the server's defaults: the
+    encoder's precision, the window, the beams) over `seconds` of buffered audio, after an
+    untimed step over all but the last second (on the model thread of the pipeline's batcher
+    if it has one, else on the caller's: blocking)."""
     live = LiveTranscriber(pipe.context, pipe.alignment_heads, options)
     audio = calibration_audio(seconds)
     split = max(0, len(audio) - SAMPLE_RATE)

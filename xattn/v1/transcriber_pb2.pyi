@@ -160,7 +160,7 @@ class ModelDims(_message.Message):
     def __init__(self, n_mels: _Optional[int] = ..., n_audio_ctx: _Optional[int] = ..., n_audio_state: _Optional[int] = ..., n_audio_head: _Optional[int] = ..., n_audio_layer: _Optional[int] = ..., n_vocab: _Optional[int] = ..., n_text_ctx: _Optional[int] = ..., n_text_state: _Optional[int] = ..., n_text_head: _Optional[int] = ..., n_text_layer: _Optional[int] = ...) -> None: ...
 
 class ServerLimits(_message.Message):
-    __slots__ = ("max_audio_seconds", "max_receive_message_bytes", "max_send_message_bytes", "workers", "max_queue", "max_live_seconds", "live_idle_timeout_seconds", "max_live_streams", "live_lag_target_seconds", "live_compute")
+    __slots__ = ("max_audio_seconds", "max_receive_message_bytes", "max_send_message_bytes", "workers", "max_queue", "max_live_seconds", "live_idle_timeout_seconds", "max_live_streams", "live_lag_target_seconds", "live_compute", "live_beam_size")
     MAX_AUDIO_SECONDS_FIELD_NUMBER: _ClassVar[int]
     MAX_RECEIVE_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_SEND_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -171,6 +171,7 @@ class ServerLimits(_message.Message):
     MAX_LIVE_STREAMS_FIELD_NUMBER: _ClassVar[int]
     LIVE_LAG_TARGET_SECONDS_FIELD_NUMBER: _ClassVar[int]
     LIVE_COMPUTE_FIELD_NUMBER: _ClassVar[int]
+    LIVE_BEAM_SIZE_FIELD_NUMBER: _ClassVar[int]
     max_audio_seconds: float
     max_receive_message_bytes: int
     max_send_message_bytes: int
@@ -181,7 +182,8 @@ class ServerLimits(_message.Message):
     max_live_streams: int
     live_lag_target_seconds: float
     live_compute: str
-    def __init__(self, max_audio_seconds: _Optional[float] = ..., max_receive_message_bytes: _Optional[int] = ..., max_send_message_bytes: _Optional[int] = ..., workers: _Optional[int] = ..., max_queue: _Optional[int] = ..., max_live_seconds: _Optional[float] = ..., live_idle_timeout_seconds: _Optional[float] = ..., max_live_streams: _Optional[int] = ..., live_lag_target_seconds: _Optional[float] = ..., live_compute: _Optional[str] = ...) -> None: ...
+    live_beam_size: int
+    def __init__(self, max_audio_seconds: _Optional[float] = ..., max_receive_message_bytes: _Optional[int] = ..., max_send_message_bytes: _Optional[int] = ..., workers: _Optional[int] = ..., max_queue: _Optional[int] = ..., max_live_seconds: _Optional[float] = ..., live_idle_timeout_seconds: _Optional[float] = ..., max_live_streams: _Optional[int] = ..., live_lag_target_seconds: _Optional[float] = ..., live_compute: _Optional[str] = ..., live_beam_size: _Optional[int] = ...) -> None: ...
 
 class AttentionHead(_message.Message):
     __slots__ = ("layer", "head")
@@ -560,14 +562,16 @@ class StreamingRecognitionConfig(_message.Message):
     def __init__(self, encoding: _Optional[_Union[PcmEncoding, str]] = ..., sample_rate: _Optional[int] = ..., channels: _Optional[int] = ..., language: _Optional[str] = ..., interim_results: _Optional[bool] = ..., alignment: _Optional[_Union[AlignmentOptions, _Mapping]] = ..., policy: _Optional[_Union[LivePolicy, _Mapping]] = ..., vad: _Optional[bool] = ..., single_utterance: _Optional[bool] = ..., vad_options: _Optional[_Union[VadOptions, _Mapping]] = ..., model: _Optional[str] = ...) -> None: ...
 
 class LivePolicy(_message.Message):
-    __slots__ = ("commit_margin", "agreement", "first_context")
+    __slots__ = ("commit_margin", "agreement", "first_context", "beam_size")
     COMMIT_MARGIN_FIELD_NUMBER: _ClassVar[int]
     AGREEMENT_FIELD_NUMBER: _ClassVar[int]
     FIRST_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    BEAM_SIZE_FIELD_NUMBER: _ClassVar[int]
     commit_margin: float
     agreement: bool
     first_context: float
-    def __init__(self, commit_margin: _Optional[float] = ..., agreement: _Optional[bool] = ..., first_context: _Optional[float] = ...) -> None: ...
+    beam_size: int
+    def __init__(self, commit_margin: _Optional[float] = ..., agreement: _Optional[bool] = ..., first_context: _Optional[float] = ..., beam_size: _Optional[int] = ...) -> None: ...
 
 class StreamingRecognizeResponse(_message.Message):
     __slots__ = ("result", "done", "speech_event")
