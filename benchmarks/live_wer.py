@@ -330,7 +330,7 @@ def main(argv: list[str] | None = None) -> None:
     results.add_arguments(parser)
     args = parser.parse_args(argv)
     from xattn.model.live.types import LiveOptions
-    from xattn.service.engine.engine import Limits, live_defaults
+    from xattn.service.engine.limits import Limits, live_defaults
 
     load_before = [round(x, 2) for x in os.getloadavg()]
     offline = ["offline", "offline-greedy"] if args.greedy else ["offline"]

@@ -30,7 +30,8 @@ from grpc_reflection.v1alpha import reflection
 from xattn.model.live.window import SHORT
 from xattn.model.pipeline import Pipeline, load_pipeline, resolve_live_precision
 from xattn.service import instruments
-from xattn.service.engine.engine import LIVE_BEAMS, Engine, Limits
+from xattn.service.engine.engine import Engine
+from xattn.service.engine.limits import LIVE_BEAMS, Limits
 from xattn.service.engine.live import live_settings
 from xattn.service.engine.tokens import AuthPolicy
 from xattn.service.grpc import security

@@ -43,7 +43,8 @@ from xattn.model.live.transcriber import LiveTranscriber
 from xattn.model.live.types import LiveOptions, LiveResult
 from xattn.model.live.vad_stream import SpeechEvent
 from xattn.service.engine import convert, convert_live
-from xattn.service.engine.engine import Engine, Limits, LiveSlot, live_defaults
+from xattn.service.engine.engine import Engine, LiveSlot
+from xattn.service.engine.limits import Limits, live_defaults
 from xattn.service.engine.live_rounds import LiveRounds, Ticket
 from xattn.service.engine.rows import RowSpec, row_spec
 from xattn.v1 import transcriber_pb2 as pb
