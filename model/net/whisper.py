@@ -9,11 +9,12 @@ that produced the logits: the scores are computed either way (for a few queries 
 keys the explicit product is faster on a CPU than the fused SDPA kernel).
 
 Compute (`Whisper.set_compute`): "fp32" computes as openai-whisper does; "bf16-encoder" runs
-the encoder under bf16 autocast (its matmuls and convolutions; ~2.7x faster on a CPU with
-AVX-512 BF16) and "int8-encoder" its layer maps in int8 (net.quantized; fbgemm, any x86 CPU);
-both hand the decoder fp32 features, so the decoder and its attention rows are computed
-as in fp32 from them; "int8-logits" reads the output projection of greedy steps in int8 and
-rescores the deciding logits in fp32 (net.logits); "...+int8-logits" an encoder's and that.
+the encoder under bf16 autocast (its matmuls and convolutions, its attention as explicit
+products: encoder_attention; ~2.7x faster on a CPU with AVX-512 BF16) and "int8-encoder"
+its layer maps in int8 (net.quantized; fbgemm, any x86 CPU); both hand the decoder fp32
+features, so the decoder and its attention rows are computed as in fp32 from them;
+"int8-logits" reads the output projection of greedy steps in int8 and rescores the deciding
+logits in fp32 (net.logits); "...+int8-logits" an encoder's and that.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ class SelfAttention(nn.Module):
         q, k, v = self.qkv(x).chunk(3, dim=-1)  # 3 × [B, T, d]
         q, k, v = (split_heads(t, self.n_head) for t in (q, k, v))  # [B, H, T, d_k]
         if cache is None:  # encoder: every frame sees every frame
-            return self.out(merge_heads(F.scaled_dot_product_attention(q, k, v)))
+            return self.out(merge_heads(encoder_attention(q, k, v)))
         if isinstance(cache, CacheBatch):  # one new token per row, each over its own past
             ys = [
                 F.scaled_dot_product_attention(q[r], *c.append(layer, k[r], v[r]))
@@ -102,6 +103,25 @@ class SelfAttention(nn.Module):
             mask = torch.ones(t, past + t, dtype=torch.bool, device=x.device).tril(past)
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.out(merge_heads(y))  # [B, T, d]
+
+
+QUERY_BLOCK = 256  # queries a block of the encoder's bf16 attention (its scores stay in cache)
+
+
+def encoder_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """Every frame over every frame: q, k, v [B, H, T, d_k] -> [B, H, T, d_k]. In fp32 (or off
+    a CPU) the fused kernel; in bf16 on a CPU explicit products over blocks of QUERY_BLOCK
+    queries, the scores and their softmax in bf16: the fused kernel's bf16 path runs there no
+    faster than its fp32 one (tiny.en, 1,500 frames, 2 cores: 22 ms a layer against 15)."""
+    if q.dtype != torch.bfloat16 or q.device.type != "cpu":
+        return F.scaled_dot_product_attention(q, k, v)
+    q, v = q.contiguous(), v.contiguous()  # blocks of rows, read as they are
+    kt = (k.transpose(-1, -2) * q.shape[-1] ** -0.5).contiguous()  # [B, H, d_k, T]
+    blocks = [
+        torch.matmul(q[:, :, i : i + QUERY_BLOCK], kt).softmax(dim=-1) @ v  # [B, H, <=256, d_k]
+        for i in range(0, q.shape[2], QUERY_BLOCK)
+    ]
+    return torch.cat(blocks, dim=2)  # [B, H, T, d_k]
 
 
 class CrossAttention(nn.Module):
