@@ -58,6 +58,16 @@ LEVERS: dict[str, dict[str, object]] = {
     "full-agree": {"encode_margin": None, **NOCUTS, "agreement": False},
     "full+beam-5": {"encode_margin": None, **NOCUTS, "beam_size": 5},
     "full+beam-2": {"encode_margin": None, **NOCUTS, "beam_size": 2},
+    # the server's short window (--live-window short) with its bf16 encoder, and a buffer
+    # kept short (it slides past max_buffer s): a step's window stays near the 10 s floor
+    "short-bf16": {"encode_margin": 2.0, **NOCUTS, "precision": "bf16"},
+    "short-bf16-buffer-8": {"encode_margin": 2.0, **NOCUTS, "precision": "bf16", "max_buffer": 8.0},
+    "short-bf16-buffer-12": {
+        "encode_margin": 2.0,
+        **NOCUTS,
+        "precision": "bf16",
+        "max_buffer": 12.0,
+    },
     "full+beam-5+first-1.5": {
         "encode_margin": None,
         **NOCUTS,

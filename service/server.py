@@ -27,7 +27,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from xattn.model.live.window import SHORT
+from xattn.model.live.window import SHORT, SHORT_BUFFER
 from xattn.model.pipeline import Pipeline, load_pipeline, resolve_live_precision
 from xattn.service import instruments
 from xattn.service.engine.engine import Engine
@@ -176,8 +176,9 @@ class Server:
         if limits.live_margin is not None:
             log.info(
                 "live steps encode short windows: the audio + %g s, at least 10 s, and the "
-                "window's last second (--live-window short)",
+                "window's last second, over a buffer of at most %g s (--live-window short)",
                 limits.live_margin,
+                SHORT_BUFFER,
             )
         self.engine = Engine(limits)
         self._own_tracer = tracer_provider is None and instruments.wanted()

@@ -32,9 +32,11 @@ from wording import LIVE_SLACK, word_distance
 from wyoming_client import command
 
 from xattn.model.audio.features import decode_audio
+from xattn.model.live.window import SHORT_BUFFER
 from xattn.service.__main__ import config_from_args, parse_args
 from xattn.service.background import BackgroundServer
 from xattn.service.engine import live_rounds
+from xattn.service.engine.limits import live_defaults
 from xattn.service.engine.live_admission import LiveAdmission, streams_for, voiced_audio
 from xattn.service.engine.observe import NO_SPAN, Observer, current_request
 from xattn.service.server import ServerConfig
@@ -106,6 +108,7 @@ def test_a_short_live_window_is_measured_and_served(jfk_path: Path) -> None:
     config = ServerConfig(port=0, live_window="short")
     with BackgroundServer(config, pipeline("tiny.en")) as server:
         assert server.engine.limits.live_margin == 2.0
+        assert live_defaults(server.engine.limits).max_buffer == SHORT_BUFFER  # 12 s
         assert all(m.admission.step_seconds > 0 for m in server.engine._models.values())
         with grpc.insecure_channel(server.address) as channel:
             stub = Stub(channel)

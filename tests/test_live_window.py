@@ -10,7 +10,14 @@ import pytest
 import torch
 from openai_ref import pipeline, reference_model
 
-from xattn.model.audio.features import N_FRAMES, SAMPLE_RATE, decode_audio
+from xattn.model.audio.features import (
+    N_FRAMES,
+    N_SAMPLES,
+    SAMPLE_RATE,
+    decode_audio,
+    log_mel_spectrogram,
+    pad_or_trim,
+)
 from xattn.model.live import window
 from xattn.model.live.policy import (
     commit_count,
@@ -50,6 +57,28 @@ def feed(audio: np.ndarray, options: LiveOptions, chunk_s: float = 0.5) -> tuple
     for at in range(0, len(audio), n):
         results += live.feed(audio[at : at + n])
     return results + live.finish(), live.stats
+
+
+@pytest.mark.parametrize("seconds", [0.0001, 0.01, 1.0, 3.3, 12.0, 25.1, 30.0, 31.0])
+@pytest.mark.parametrize("kind", ["speech", "noise", "silence"])
+def test_window_mel_is_the_padded_windows_bit_for_bit(
+    seconds: float, kind: str, jfk: np.ndarray
+) -> None:
+    """A step's log-mel, from one second of padding, is the log-mel the file path takes of
+    the same audio (30 s of padding, as openai-whisper's transcribe: its first frames,
+    zero-padded to 3,000), bit for bit."""
+    n = round(seconds * SAMPLE_RATE)
+    rng = np.random.default_rng(n)
+    audio = {
+        "speech": np.tile(jfk, 3)[:n],
+        "noise": (rng.standard_normal(n) * 0.1).astype(np.float32),
+        "silence": np.zeros(n, np.float32),
+    }[kind]
+    mel = log_mel_spectrogram(audio, 80, N_SAMPLES)  # [80, frames + 3000]
+    frames = min(N_FRAMES, mel.shape[-1] - N_FRAMES)
+    ours, content = window_mel(audio, 80)
+    assert content == frames
+    assert torch.equal(ours, pad_or_trim(mel[:, :frames], N_FRAMES)[None])
 
 
 def test_kept_frames_round_up_to_whole_seconds() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xattn.model.live.types import LiveOptions
+from xattn.model.live.window import SHORT_BUFFER
 
 # beams of a live step's decode by default: greedy. 5 (--live-beam-size 5, a stream's
 # LivePolicy.beam_size) reads the words a file's beam-5 transcript reads where greedy loses
@@ -34,7 +35,7 @@ class Limits:
     # the encoder's precision in live steps (AudioEncoder.PRECISIONS; None: the model's compute)
     live_precision: str | None = None
     # seconds of margin a live step's short window encodes (LiveOptions.encode_margin; None:
-    # the whole 30 s window)
+    # the whole 30 s window), over a buffer of at most SHORT_BUFFER s
     live_margin: float | None = None
     live_beam_size: int = LIVE_BEAMS  # beams of a live step's decode (LiveOptions.beam_size)
     # encoded files decoded at once, each in a worker process (xattn.service.engine.decoders); 0: on
@@ -44,8 +45,10 @@ class Limits:
 
 def live_defaults(limits: Limits) -> LiveOptions:
     """A live stream's options on a server with these limits, before its own policy."""
+    short = limits.live_margin is not None
     return LiveOptions(
         precision=limits.live_precision,
         encode_margin=limits.live_margin,
+        max_buffer=SHORT_BUFFER if short else LiveOptions.max_buffer,
         beam_size=limits.live_beam_size,
     )
