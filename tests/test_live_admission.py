@@ -32,12 +32,18 @@ from wording import LIVE_SLACK, word_distance
 from wyoming_client import command
 
 from xattn.model.audio.features import decode_audio
+from xattn.model.live.types import LiveOptions
 from xattn.model.live.window import SHORT_BUFFER
 from xattn.service.__main__ import config_from_args, parse_args
 from xattn.service.background import BackgroundServer
 from xattn.service.engine import live_rounds
 from xattn.service.engine.limits import live_defaults
-from xattn.service.engine.live_admission import LiveAdmission, streams_for, voiced_audio
+from xattn.service.engine.live_admission import (
+    LiveAdmission,
+    measure_step,
+    streams_for,
+    voiced_audio,
+)
 from xattn.service.engine.observe import NO_SPAN, Observer, current_request
 from xattn.service.server import ServerConfig
 from xattn.v1 import transcriber_pb2 as pb
@@ -75,6 +81,20 @@ def test_capacity_sizing_and_flags() -> None:
     c = config_from_args(args)
     assert (c.live_lag_target, c.max_live_streams) == (0.5, 3)
     assert config_from_args(parse_args([])).max_live_streams == 0  # measured
+
+
+def test_the_step_that_sizes_the_capacity_is_a_median_of_three() -> None:
+    """measure_step runs three pairs of steps (one untimed, one timed) with the options given."""
+    pipe = pipeline("tiny.en")
+    frames: list[int] = []
+    hook = pipe.model.encoder.register_forward_hook(lambda _m, a, _o: frames.append(a[0].shape[-1]))
+    try:
+        step = measure_step(pipe, LiveOptions(encode_margin=2.0, max_buffer=12.0), seconds=12.0)
+    finally:
+        hook.remove()
+    assert step > 0
+    # 11 s + 2 s, then 12 s + 2 s, each with the window's last second: short windows, as asked
+    assert frames == [1400, 1500] * 3
 
 
 def test_measured_capacity_in_model_info() -> None:

@@ -6,7 +6,8 @@ decoder steps share batches, which this ignores: the bound errs low), and a word
 one round once it is heard. So a model holds `lag_target / step` streams, with `step` the
 seconds of one live step measured at start-up (`measure_step`, after the warm-up, before the
 model serves): the real LiveTranscriber over CALIBRATION_SECONDS of speech (the policy's
-buffer half full), after one untimed step. The speech is the repository's samples/hello.wav
+buffer half full; a short window's whole buffer), after one untimed step, the median of
+three. The speech is the repository's samples/hello.wav
 (synthesized, looped) where it is installed, so the step decodes words; elsewhere generated
 voiced audio, which decodes to few tokens or none (the timing is then mostly the encoder's).
 `--max-live-streams N` gives the number instead.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,19 +72,24 @@ def calibration_audio(seconds: float = CALIBRATION_SECONDS) -> np.ndarray:
 
 
 def measure_step(
-    pipe: Pipeline, options: LiveOptions, seconds: float = CALIBRATION_SECONDS
+    pipe: Pipeline, options: LiveOptions, seconds: float = CALIBRATION_SECONDS, times: int = 3
 ) -> float:
     """Wall-clock seconds of one live step with these options (the server's defaults: the
     encoder's precision, the window, the beams) over `seconds` of buffered audio, after an
-    untimed step over all but the last second (on the model thread of the pipeline's batcher
-    if it has one, else on the caller's: blocking)."""
-    live = LiveTranscriber(pipe.context, pipe.alignment_heads, options)
+    untimed step over all but the last second: the median of `times` such steps (one step is
+    0.1-0.3 s on a small CPU, where a moment's other work moves a single timing by a stream of
+    capacity). On the model thread of the pipeline's batcher if it has one, else on the
+    caller's: blocking."""
     audio = calibration_audio(seconds)
     split = max(0, len(audio) - SAMPLE_RATE)
-    live.feed_in_turn(lambda: audio[:split])
-    before = live.stats.step_seconds
-    live.feed_in_turn(lambda: audio[split:])
-    return live.stats.step_seconds - before
+    timed = []
+    for _ in range(times):
+        live = LiveTranscriber(pipe.context, pipe.alignment_heads, options)
+        live.feed_in_turn(lambda: audio[:split])
+        before = live.stats.step_seconds
+        live.feed_in_turn(lambda: audio[split:])
+        timed.append(live.stats.step_seconds - before)
+    return statistics.median(timed)
 
 
 def streams_for(lag_target: float, step_seconds: float) -> int:
