@@ -37,18 +37,18 @@ SHORTEST = 10.0
 TAIL = 1.0  # seconds of the window's end a short window encodes too
 SHORT = 2.0  # seconds: the encode_margin of the server's short live window (--live-window)
 # seconds: the server's short live window slides its buffer past this (LiveOptions.max_buffer),
-# so a step encodes at most 14 s (or 10 s and the last second) whatever the stream's length
+# so a step encodes 10 to 14 s and the window's last second whatever the stream's length
 SHORT_BUFFER = 12.0
 WIDTH = N_FRAMES // 2  # a whole window's encoder frames
 PAD = SAMPLE_RATE  # samples of silence after a buffer before its log-mel (window_mel)
 
 
 def window_mel(buffer: np.ndarray, n_mels: int) -> tuple[torch.Tensor, int]:
-    """The buffer's log-mel as one 30 s window [1, n_mels, 3000], and its frames of audio:
-    openai-whisper's (log-mel of the audio and 30 s of silence, normalised by its maximum, its
-    first frames zero-padded to a window), bit for bit, from one second of silence instead of
-    30: the frames after the audio's last few are the floor either way, and the maximum is the
-    audio's (a 12 s buffer: 1.5 ms instead of 9 ms a step).
+    """The buffer's log-mel as one 30 s window [1, n_mels, 3000], and its frames of audio, bit
+    for bit as the file path takes it (as openai-whisper's transcribe: the log-mel of the audio
+    and 30 s of silence, normalised by its maximum, its first frames zero-padded to a window),
+    from one second of silence instead of 30: the frames after the audio's last few are the
+    floor either way, and the maximum is the audio's (a 12 s buffer: 1.5 ms, not 9, a step).
     On the model thread: its padding copies a window, a parallel op, and torch work on another
     thread brings an OpenMP team of its own onto the cores (xattn.model.decode.step_batcher)."""
     mel = log_mel_spectrogram(buffer, n_mels, PAD)  # [n_mels, frames + 100]
